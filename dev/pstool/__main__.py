@@ -1,0 +1,88 @@
+"""Command line: ``python -m pstool <command>`` (run with ``PYTHONPATH=dev``; see the Makefile)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pstool import PatchsetError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pstool", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("fetch", help="download the pinned upstream files and verify their sha256")
+    p = sub.add_parser("checkout", help="materialize build/tree: pristine base commit + the series")
+    p.add_argument("--tree", type=Path)
+    p = sub.add_parser("export", help="rewrite patches/ from the tree's commits")
+    p.add_argument("--tree", type=Path)
+    p.add_argument("--check", action="store_true", help="fail if any byte of patches/ would change")
+    p = sub.add_parser("verify", help="series hygiene, trailers, strict apply, per-feature apply, generated files")
+    p.add_argument("--no-generated", action="store_true", help="skip re-running the generators")
+    p = sub.add_parser("build", help="build patched wheels with a local version label into dist/")
+    p.add_argument("--tree", type=Path)
+    p = sub.add_parser("install", help="create or refresh .venv with the patched wheels and test dependencies")
+    p.add_argument("--tree", type=Path)
+    p = sub.add_parser("export-upstream", help="write a PR-ready format-patch series for one feature")
+    p.add_argument("feature")
+    p.add_argument("-o", "--output", type=Path)
+    p = sub.add_parser("drift", help="apply the series to a newer upstream release and classify each patch")
+    p.add_argument("version", help="apache-airflow-core version to check against, e.g. 3.3.3")
+    p.add_argument("--from-dir", type=Path, help="use wheels from this directory instead of the index")
+    p = sub.add_parser("regenerate", help="re-run upstream's generators in the tree (task-sdk models, REST spec)")
+    p.add_argument("--tree", type=Path)
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "fetch":
+            from pstool.lock import fetch
+
+            fetch()
+        elif args.command == "checkout":
+            from pstool.tree import checkout
+
+            checkout(args.tree)
+        elif args.command == "export":
+            from pstool.tree import export
+
+            changed = export(args.tree, check=args.check)
+            if args.check and changed:
+                print("patches/ is not what the tree exports; these would change:", file=sys.stderr)
+                for name in changed:
+                    print(f"  {name}", file=sys.stderr)
+                return 1
+            print("patches/ is up to date" if not changed else f"rewrote {len(changed)} file(s): {', '.join(changed)}")
+        elif args.command == "verify":
+            from pstool.verify import verify
+
+            return verify(generated=not args.no_generated)
+        elif args.command == "build":
+            from pstool.build import build
+
+            for path in build(args.tree):
+                print(path)
+        elif args.command == "install":
+            from pstool.venv import install
+
+            install(args.tree)
+        elif args.command == "export-upstream":
+            from pstool.upstream import export_upstream
+
+            print(export_upstream(args.feature, args.output))
+        elif args.command == "drift":
+            from pstool.drift import drift
+
+            return drift(args.version, args.from_dir)
+        elif args.command == "regenerate":
+            from pstool.generated import regenerate
+
+            regenerate(args.tree)
+    except PatchsetError as err:
+        print(f"pstool {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Generated files: re-run upstream's generators and compare.
+
+- ``task-sdk/src/airflow/sdk/api/datamodels/_generated.py``: upstream's
+  ``task-sdk/dev/generate_task_sdk_models.py`` (datamodel-codegen 0.77.0 against the patched
+  Execution API's OpenAPI document).
+- ``.../core_api/openapi/v2-rest-api-generated.yaml``: ``dev/generate_rest_api_spec.py``, the same
+  procedure as upstream's in-container generator.
+
+Both import Airflow, so they run in a venv holding wheels built from the same series. The tree
+lacks two repository files the SDK generator reads (the root ruff/black settings and the license
+template); ``dev/generator-root`` supplies them while it runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from pstool import PatchsetError
+from pstool.build import applied_patches
+from pstool.git import out
+from pstool.paths import BUILD_DIR, ROOT, tree_dir, venv_dir
+
+SDK_MODELS = "task-sdk/src/airflow/sdk/api/datamodels/_generated.py"
+REST_SPEC = "airflow-core/src/airflow/api_fastapi/core_api/openapi/v2-rest-api-generated.yaml"
+GENERATOR_ROOT = ROOT / "dev" / "generator-root"
+CACHE = BUILD_DIR / "generated-check.json"
+
+
+def _installed_patch_ids(venv: Path) -> list[str]:
+    code = (
+        "import json, importlib.metadata as m\n"
+        "d = m.distribution('apache-airflow-core')\n"
+        "t = d.read_text('patchset.json')\n"
+        "print(json.dumps([p['patch_id'] for p in json.loads(t)['patches']] if t else []))\n"
+    )
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PatchsetError(f"cannot read the installed core's manifest in {venv}: {proc.stderr[-500:]}")
+    return json.loads(proc.stdout)
+
+
+def _run(cmd: list[str], cwd: Path, venv: Path, home: Path) -> None:
+    env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "AIRFLOW_HOME": str(home)}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PatchsetError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+
+
+def run_generators(tree: Path, venv: Path) -> None:
+    """Regenerate both files in ``tree`` (its working copy changes; nothing is committed)."""
+    placed = []
+    for item in GENERATOR_ROOT.iterdir():
+        target = tree / item.name
+        if target.exists():
+            raise PatchsetError(f"{target} exists; refusing to overwrite it with generator settings")
+        (shutil.copytree if item.is_dir() else shutil.copy2)(item, target)
+        placed.append(target)
+    home = Path(tempfile.mkdtemp(prefix="pstool-gen-home-"))
+    try:
+        py = str(venv / "bin" / "python")
+        _run([py, "dev/generate_task_sdk_models.py"], tree / "task-sdk", venv, home)
+        _run([py, str(ROOT / "dev" / "generate_rest_api_spec.py"), str(tree)], home, venv, home)
+    finally:
+        for target in placed:
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def check_generated(tree: Path, touched: list[str]) -> list[str]:
+    """Fail unless every generated file the series touches is what the generator produces."""
+    unknown = [p for p in touched if p not in (SDK_MODELS, REST_SPEC)]
+    if unknown:
+        raise PatchsetError(f"no generator is known for {', '.join(unknown)}")
+    venv = venv_dir()
+    series_ids = [p["patch_id"] for p in applied_patches(tree)]
+    key = hashlib.sha256(json.dumps(series_ids).encode()).hexdigest()
+    if CACHE.exists() and json.loads(CACHE.read_text()).get("key") == key:
+        return [f"generated files reproduce upstream's generators (checked for this series: {CACHE.name})"]
+    if _installed_patch_ids(venv) != series_ids:
+        raise PatchsetError(
+            f"{venv} does not hold wheels built from this series; run `make install` first "
+            "(the generators import the patched Airflow)"
+        )
+    run_generators(tree, venv)
+    dirty = out(tree, "status", "--porcelain", "--", SDK_MODELS, REST_SPEC)
+    if dirty:
+        diff = out(tree, "diff", "--stat", "--", SDK_MODELS, REST_SPEC)
+        raise PatchsetError(f"generated files differ from what the generators produce:\n{diff}")
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    CACHE.write_text(json.dumps({"key": key}))
+    return [f"generator reproduces {p}" for p in touched]
+
+
+def regenerate(tree: Path | None = None) -> None:
+    """Re-run the generators in ``tree`` against the venv (install the tree's wheels first)."""
+    tree = tree or tree_dir()
+    run_generators(tree, venv_dir())
+    print(out(tree, "status", "--short", "--", SDK_MODELS, REST_SPEC) or "generated files unchanged")

@@ -1,0 +1,131 @@
+"""Read ``upstream.lock`` and fetch/verify the pinned upstream files."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import tomllib
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pstool import PatchsetError
+from pstool.paths import LOCK_FILE, cache_dir
+
+
+@dataclass(frozen=True)
+class PinnedFile:
+    """One pinned upstream file: a wheel, or an sdist from which a few members are taken."""
+
+    name: str
+    version: str
+    file: str
+    sha256: str
+    kind: str  # "wheel" or "sdist"
+    members: tuple[str, ...] = ()
+    tree_prefix: str = ""
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class Lock:
+    release: str
+    commit: str
+    wheels: tuple[PinnedFile, ...]
+    sources: tuple[PinnedFile, ...] = field(default_factory=tuple)
+
+    def wheel(self, name: str) -> PinnedFile:
+        for pinned in self.wheels:
+            if pinned.name == name:
+                return pinned
+        raise PatchsetError(f"{name} is not pinned in {LOCK_FILE.name}")
+
+    @property
+    def all_files(self) -> tuple[PinnedFile, ...]:
+        return self.wheels + self.sources
+
+
+def load_lock(path: Path = LOCK_FILE) -> Lock:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise PatchsetError(f"cannot read {path}: {err}") from err
+    try:
+        wheels = tuple(
+            PinnedFile(d["name"], d["version"], d["file"], d["sha256"].lower(), "wheel")
+            for d in data.get("dist", [])
+        )
+        sources = tuple(
+            PinnedFile(
+                d["name"],
+                d["version"],
+                d["file"],
+                d["sha256"].lower(),
+                "sdist",
+                tuple(d.get("members", ())),
+                d.get("tree_prefix", ""),
+            )
+            for d in data.get("source", [])
+        )
+        return Lock(data["upstream"]["release"], data["upstream"]["commit"], wheels, sources)
+    except KeyError as err:
+        raise PatchsetError(f"{path}: missing key {err}") from err
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_file(pinned: PinnedFile, path: Path) -> None:
+    """Raise unless ``path`` has the pinned sha256."""
+    actual = sha256_of(path)
+    if actual != pinned.sha256:
+        raise PatchsetError(
+            f"hash mismatch for {pinned.file}: upstream.lock pins sha256 {pinned.sha256}, "
+            f"the file at {path} has {actual}. Refusing to use it."
+        )
+
+
+def _download(pinned: PinnedFile, dest: Path) -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest)]
+    if pinned.kind == "sdist":
+        cmd += ["--no-binary", ":all:", "--no-build-isolation"]
+    else:
+        cmd += ["--only-binary", ":all:"]
+    cmd.append(pinned.requirement)
+    # pip tries to build metadata for an sdist; it may fail after the download, which is fine.
+    subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if not (dest / pinned.file).exists():
+        raise PatchsetError(f"could not download {pinned.file} ({pinned.requirement}) from the package index")
+
+
+def fetch(lock: Lock | None = None, *, quiet: bool = False) -> dict[str, Path]:
+    """Download every pinned file into the cache (once) and verify all of them."""
+    lock = lock or load_lock()
+    dest = cache_dir()
+    dest.mkdir(parents=True, exist_ok=True)
+    found: dict[str, Path] = {}
+    for pinned in lock.all_files:
+        path = dest / pinned.file
+        if not path.exists():
+            _download(pinned, dest)
+        verify_file(pinned, path)
+        found[pinned.file] = path
+        if not quiet:
+            print(f"ok  {pinned.file}  sha256={pinned.sha256[:16]}…")
+    core = found[lock.wheel("apache-airflow-core").file]
+    with zipfile.ZipFile(core) as zf:
+        git_version = zf.read("airflow/git_version").decode().strip()
+    if not git_version.endswith(lock.commit):
+        raise PatchsetError(
+            f"airflow/git_version in the core wheel is {git_version!r}, upstream.lock says {lock.commit}"
+        )
+    return found

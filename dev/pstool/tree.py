@@ -1,0 +1,220 @@
+"""Materialize pristine upstream as a git tree, apply the series, export it back."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+from pstool import PatchsetError
+from pstool.git import BASE_DATE, git, out, strict_am
+from pstool.layout import wheel_to_tree
+from pstool.lock import Lock, fetch, load_lock
+from pstool.paths import PATCHES_DIR, tree_dir
+from pstool.series import (
+    INTERNAL_TRAILERS,
+    Patch,
+    add_trailer,
+    features_in_order,
+    load_series,
+    parse_trailers,
+    message_of,
+    strip_trailers,
+)
+
+BASE_REF = "refs/patches/upstream-base"
+FORMAT_PATCH_ARGS = (
+    "format-patch",
+    "--keep-subject",
+    "--no-stat",
+    "--no-signature",
+    "--zero-commit",
+    "--full-index",
+    "--no-renames",
+    "--stdout",
+)
+
+
+def base_tag(lock: Lock) -> str:
+    return f"upstream/{lock.release}"
+
+
+def populate_pristine(dest: Path, lock: Lock, files: dict[str, Path]) -> None:
+    """Write every pinned wheel's files into ``dest`` in the monorepo layout.
+
+    A shared library ships in both core and task-sdk; both copies must be byte-identical and
+    become the one upstream path ``shared/<lib>/src/airflow_shared/<lib>``.
+    """
+    written: dict[str, bytes] = {}
+    for pinned in lock.wheels:
+        with zipfile.ZipFile(files[pinned.file]) as zf:
+            for info in zf.infolist():
+                if info.is_dir():
+                    continue
+                target = wheel_to_tree(pinned.name, info.filename)
+                if target is None:
+                    continue
+                data = zf.read(info)
+                if target in written:
+                    if written[target] != data:
+                        raise PatchsetError(
+                            f"{info.filename} in {pinned.file} differs from the copy already placed at "
+                            f"{target}; the shared-library mapping would lose one of them"
+                        )
+                    continue
+                written[target] = data
+                path = dest / target
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+    # Upstream's git keeps each shared library once and symlinks it into both distributions.
+    libs = sorted({t.split("/")[1] for t in written if t.startswith("shared/")})
+    for lib in libs:
+        for link_dir, up in (("airflow-core/src/airflow/_shared", "../../../.."), ("task-sdk/src/airflow/sdk/_shared", "../../../../..")):
+            link = dest / link_dir / lib
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(f"{up}/shared/{lib}/src/airflow_shared/{lib}")
+    for pinned in lock.sources:
+        with tarfile.open(files[pinned.file]) as tf:
+            top = tf.getnames()[0].split("/", 1)[0]
+            for member in pinned.members:
+                fh = tf.extractfile(f"{top}/{member}")
+                if fh is None:
+                    raise PatchsetError(f"{pinned.file} has no member {member}")
+                path = dest / pinned.tree_prefix / member
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(fh.read())
+
+
+def init_base(tree: Path, lock: Lock | None = None) -> str:
+    """Create ``tree`` as a git repo holding one commit of pristine upstream; return its sha."""
+    lock = lock or load_lock()
+    files = fetch(lock, quiet=True)
+    if tree.exists():
+        shutil.rmtree(tree)
+    tree.mkdir(parents=True)
+    git(tree, "init", "-q")
+    populate_pristine(tree, lock, files)
+    git(tree, "add", "-A")
+    dists = ", ".join(f"{w.name} {w.version}" for w in lock.wheels)
+    message = (
+        f"Apache Airflow {lock.release} (pristine upstream)\n\n"
+        f"Materialized from the pinned wheels: {dists}.\n\n"
+        f"Upstream-Commit: {lock.commit}\n"
+    )
+    env = {"GIT_AUTHOR_DATE": BASE_DATE, "GIT_COMMITTER_DATE": BASE_DATE}
+    git(tree, "commit", "-q", "-m", message, env=env)
+    git(tree, "update-ref", BASE_REF, "HEAD")
+    git(tree, "tag", "-f", base_tag(lock))
+    return out(tree, "rev-parse", "HEAD")
+
+
+def apply_series(tree: Path, patches: list[Patch]) -> None:
+    for patch in patches:
+        strict_am(tree, patch.name, add_trailer(patch.body, "Patch-Filename", patch.name))
+
+
+def checkout(tree: Path | None = None, *, quiet: bool = False) -> Path:
+    tree = tree or tree_dir()
+    patches = load_series()
+    base = init_base(tree)
+    apply_series(tree, patches)
+    git(tree, "branch", "-f", "patched", "HEAD")
+    if not quiet:
+        print(f"{tree}: base {base[:12]} ({BASE_REF}) + {len(patches)} patches applied strictly")
+    return tree
+
+
+def _slug(subject: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", subject).strip("-").lower()
+    return slug[:60].rstrip("-") or "patch"
+
+
+def render_series(tree: Path) -> dict[str, bytes]:
+    """Format every commit after the base as a patch file; return {relative path: bytes}."""
+    commits = out(tree, "rev-list", "--reverse", f"{BASE_REF}..HEAD").split()
+    rendered: dict[str, bytes] = {}
+    order: list[tuple[str, str]] = []
+    for sha in commits:
+        data = git(tree, *FORMAT_PATCH_ARGS, "-1", sha).stdout
+        trailers = parse_trailers(message_of(data))
+        name = trailers.get("Patch-Filename")
+        if not name:
+            feature = trailers.get("Feature")
+            if not feature:
+                subject = out(tree, "log", "-1", "--format=%s", sha)
+                raise PatchsetError(f"commit {sha[:12]} ({subject!r}) has no Feature: trailer")
+            subject = out(tree, "log", "-1", "--format=%s", sha)
+            number = sum(1 for _, f in order if f == feature) + 1
+            name = f"{feature}/{number:04d}-{_slug(subject)}.patch"
+        if name in rendered:
+            raise PatchsetError(f"two commits export to {name}")
+        rendered[name] = strip_trailers(data, ("Patch-Filename",))
+        order.append((name, trailers.get("Feature", "")))
+    lines = [
+        "# airflow-patchset series, applied in this order with strict `git am` (pstool checkout).",
+        "# One patch is one future upstream PR; its trailers name the feature, its upstream status",
+        "# and the features it depends on. Regenerated by `pstool export`: edit the tree, not this file.",
+    ]
+    current = None
+    for name, feature in order:
+        if feature != current:
+            lines += ["", f"# feature: {feature}"]
+            current = feature
+        lines.append(name)
+    rendered["series"] = ("\n".join(lines) + "\n").encode()
+    return rendered
+
+
+def existing_patch_files(patches_dir: Path = PATCHES_DIR) -> dict[str, bytes]:
+    found = {}
+    if patches_dir.exists():
+        for path in sorted(patches_dir.rglob("*.patch")):
+            found[path.relative_to(patches_dir).as_posix()] = path.read_bytes()
+        if (patches_dir / "series").exists():
+            found["series"] = (patches_dir / "series").read_bytes()
+    return found
+
+
+def export(tree: Path | None = None, *, check: bool = False, patches_dir: Path = PATCHES_DIR) -> list[str]:
+    """Rewrite ``patches/`` from the tree; with ``check`` only report what would change."""
+    tree = tree or tree_dir()
+    if not (tree / ".git").exists():
+        raise PatchsetError(f"{tree} is not a checkout; run `pstool checkout` first")
+    rendered = render_series(tree)
+    current = existing_patch_files(patches_dir)
+    changed = sorted(
+        name for name in set(rendered) | set(current) if rendered.get(name) != current.get(name)
+    )
+    if check:
+        return changed
+    for name in changed:
+        path = patches_dir / name
+        if name in rendered:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(rendered[name])
+        else:
+            path.unlink()
+    for sub in sorted(patches_dir.iterdir(), reverse=True) if patches_dir.exists() else []:
+        if sub.is_dir() and not any(sub.iterdir()):
+            sub.rmdir()
+    return changed
+
+
+def scratch_tree(parent: Path | None = None) -> Path:
+    """A fresh pristine tree in a temp dir (cached base clone keeps this quick)."""
+    lock = load_lock()
+    cache = tree_dir().parent / "base-cache"
+    if not (cache / ".git").exists() or out(cache, "tag", "-l", base_tag(lock)) != base_tag(lock):
+        init_base(cache, lock)
+    dest = Path(tempfile.mkdtemp(prefix="pstool-", dir=parent))
+    git(dest.parent, "clone", "-q", "--no-checkout", str(cache), dest.name)
+    git(dest, "checkout", "-q", "-B", "main", base_tag(lock))
+    git(dest, "update-ref", BASE_REF, "HEAD")
+    return dest
+
+
+def feature_names(patches: list[Patch]) -> list[str]:
+    return features_in_order(patches)

@@ -1,0 +1,137 @@
+"""``pstool verify``: the series' integrity checks.
+
+1. Hygiene: every patch named in the series exists, is named once, is a git mbox ending in a
+   newline, and no patch file is left out of the series.
+2. Trailers: every patch carries Feature, Upstream-Status and Depends; Depends names features
+   that exist and come earlier in the series.
+3. Strict apply: the whole series applies to pristine upstream with no fuzz, offset or 3-way.
+4. Independence: each feature applies on its own together with the features it depends on.
+5. Nothing already upstream: no patch reverse-applies to the pristine base.
+6. Generated files: a patch touches ``ui/dist``, ``*-generated.yaml`` or ``_generated.py`` only if
+   upstream's generator reproduces the file (see ``pstool.generated``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from pstool import PatchsetError
+from pstool.git import git
+from pstool.layout import is_generated
+from pstool.paths import PATCHES_DIR
+from pstool.series import (
+    REQUIRED_TRAILERS,
+    Patch,
+    dependency_closure,
+    features_in_order,
+    load_series,
+    read_series,
+)
+from pstool.tree import apply_series, scratch_tree
+
+
+def touched_paths(patch: Patch) -> list[str]:
+    paths = []
+    for line in patch.body.decode("utf-8", "replace").splitlines():
+        if line.startswith("diff --git a/"):
+            paths.append(line.split(" b/", 1)[1])
+    return paths
+
+
+def check_hygiene(patches_dir: Path = PATCHES_DIR) -> list[Patch]:
+    names = read_series(patches_dir / "series")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise PatchsetError(f"series names these patches more than once: {', '.join(dupes)}")
+    on_disk = {p.relative_to(patches_dir).as_posix() for p in patches_dir.rglob("*.patch")}
+    unlisted = sorted(on_disk - set(names))
+    if unlisted:
+        raise PatchsetError(f"patch files not named in the series: {', '.join(unlisted)}")
+    patches = load_series(patches_dir)
+    for patch in patches:
+        if not patch.body.endswith(b"\n"):
+            raise PatchsetError(f"{patch.name} does not end with a newline")
+        if not touched_paths(patch):
+            raise PatchsetError(f"{patch.name} changes no file")
+    return patches
+
+
+def check_trailers(patches: list[Patch]) -> None:
+    seen_features: list[str] = []
+    known = set(features_in_order(patches))
+    for patch in patches:
+        missing = [t for t in REQUIRED_TRAILERS if not patch.trailers.get(t)]
+        if missing:
+            raise PatchsetError(f"{patch.name} lacks the trailer(s) {', '.join(missing)}")
+        if not patch.name.startswith(patch.feature + "/"):
+            raise PatchsetError(f"{patch.name} has Feature: {patch.feature} but lives in another directory")
+        for dep in patch.depends:
+            if dep not in known:
+                raise PatchsetError(f"{patch.name} depends on unknown feature {dep!r}")
+            if dep not in seen_features and dep != patch.feature:
+                raise PatchsetError(f"{patch.name} depends on {dep!r}, which comes later in the series")
+        if patch.feature not in seen_features:
+            seen_features.append(patch.feature)
+
+
+def check_strict_apply(patches: list[Patch]) -> Path:
+    tree = scratch_tree()
+    apply_series(tree, patches)
+    return tree
+
+
+def check_features_alone(patches: list[Patch]) -> list[str]:
+    report = []
+    for feature in features_in_order(patches):
+        closure = dependency_closure(feature, patches)
+        subset = [p for p in patches if p.feature in closure]
+        tree = scratch_tree()
+        try:
+            apply_series(tree, subset)
+        except PatchsetError as err:
+            raise PatchsetError(f"feature {feature} (with {sorted(closure - {feature}) or 'no deps'}) does not apply on its own: {err}") from err
+        finally:
+            shutil.rmtree(tree, ignore_errors=True)
+        report.append(f"{feature}: applies alone with {', '.join(sorted(closure - {feature})) or 'no dependencies'}")
+    return report
+
+
+def check_not_upstream(patches: list[Patch], base_tree: Path) -> None:
+    for patch in patches:
+        proc = git(base_tree, "apply", "--check", "-R", "-", input=patch.body, check=False)
+        if proc.returncode == 0:
+            raise PatchsetError(f"{patch.name} reverse-applies to pristine upstream: it is already upstream")
+
+
+def verify(*, generated: bool = True) -> int:
+    patches = check_hygiene()
+    print(f"ok  hygiene: {len(patches)} patches, each listed once, none unlisted")
+    check_trailers(patches)
+    print("ok  trailers: Feature, Upstream-Status and Depends on every patch; dependencies come first")
+    base = scratch_tree()
+    try:
+        check_not_upstream(patches, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print("ok  nothing already upstream")
+    tree = check_strict_apply(patches)
+    try:
+        print("ok  strict apply: whole series, no fuzz, no offset, no 3-way")
+        for line in check_features_alone(patches):
+            print(f"ok  {line}")
+        gen_touched = sorted({p for patch in patches for p in touched_paths(patch) if is_generated(p)})
+        forbidden = [p for p in gen_touched if "/ui/dist/" in p or p.endswith("git_version")]
+        if forbidden:
+            raise PatchsetError(f"patches touch built files no generator here reproduces: {', '.join(forbidden)}")
+        if gen_touched and generated:
+            from pstool.generated import check_generated
+
+            for line in check_generated(tree, gen_touched):
+                print(f"ok  {line}")
+        elif gen_touched:
+            print(f"--  generated files not re-checked (--no-generated): {', '.join(gen_touched)}")
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    print("verify: passed")
+    return 0
