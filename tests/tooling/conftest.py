@@ -1,0 +1,87 @@
+"""Fixtures for testing pstool itself: run it as a subprocess against throwaway series and trees."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SYSTEM_PYTHON = os.environ.get("PSTOOL_PYTHON", "python3")
+
+
+class Pstool:
+    """Runs ``python -m pstool`` with its own patches dir, tree, dist and cache paths."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.patches = root / "patches"
+        self.tree = root / "build" / "tree"
+        self.dist = root / "dist"
+        self.patches.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHSET_")}
+        env.update(
+            PYTHONPATH=str(REPO / "dev"),
+            PATCHSET_PATCHES=str(self.patches),
+            PATCHSET_TREE=str(self.tree),
+            PATCHSET_DIST=str(self.dist),
+            PATCHSET_CACHE=str(REPO / ".cache" / "upstream"),
+        )
+        return env
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [SYSTEM_PYTHON, "-m", "pstool", *args], env=self.env, capture_output=True, text=True, cwd=self.root
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"pstool {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def git(self, *args: str, cwd: Path | None = None) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@localhost", *args],
+            cwd=cwd or self.tree,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    def commit(self, path: str, transform, subject: str, feature: str, depends: str = "none") -> None:
+        """Edit one file in the tree with ``transform(text) -> text`` and commit it with trailers."""
+        target = self.tree / path
+        target.write_text(transform(target.read_text()))
+        self.git("add", path)
+        message = f"{subject}\n\nWhy it matters.\n\nFeature: {feature}\nUpstream-Status: Pending (test)\nDepends: {depends}\n"
+        self.git("commit", "-q", "-m", message)
+
+
+@pytest.fixture
+def pstool(tmp_path: Path) -> Pstool:
+    return Pstool(tmp_path)
+
+
+@pytest.fixture
+def seeded(pstool: Pstool) -> Pstool:
+    """A throwaway series of two features (beta depends on alpha), exported to patches/."""
+    pstool.run("checkout")
+    pstool.commit(
+        "airflow-core/src/airflow/utils/state.py",
+        lambda t: t.replace('    SCHEDULED = "scheduled"\n', '    SCHEDULED = "scheduled"\n    # alpha was here\n', 1),
+        "Mark the callback states",
+        "alpha",
+    )
+    pstool.commit(
+        "shared/state/src/airflow_shared/state/__init__.py",
+        lambda t: t + "\n\nBETA_MARKER = 1\n",
+        "Add a marker to the shared state library",
+        "beta",
+        depends="alpha",
+    )
+    pstool.run("export")
+    return pstool

@@ -1,0 +1,40 @@
+"""The project venv holds the patched wheels built from patches/: check what was installed."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _series() -> list[str]:
+    lines = (REPO / "patches" / "series").read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+def test_core_and_sdk_carry_the_local_version_label() -> None:
+    assert importlib.metadata.version("apache-airflow-core") == "3.3.2+ps.1"
+    assert importlib.metadata.version("apache-airflow-task-sdk") == "1.3.2+ps.1"
+
+
+def test_pip_check_passes() -> None:
+    proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_airflow_version_prints_the_upstream_release() -> None:
+    airflow = Path(sys.executable).parent / "airflow"
+    proc = subprocess.run([str(airflow), "version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "3.3.2"
+
+
+def test_installed_manifest_lists_the_series() -> None:
+    manifest = json.loads(importlib.metadata.distribution("apache-airflow-core").read_text("patchset.json"))
+    core_patches = [p["name"] for p in manifest["patches"]]
+    assert core_patches == _series()
+    assert manifest["upstream_commit"] == "aa19d2dbb9ed187ec01957a92848d9b005e9ba9d"

@@ -1,0 +1,209 @@
+"""Tests of the patch-set tooling against the real pinned upstream wheels and real git."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "dev"))
+
+from pstool import PatchsetError  # noqa: E402
+from pstool.layout import CORE, SDK, tree_to_wheels, wheel_to_tree  # noqa: E402
+from pstool.lock import fetch, load_lock  # noqa: E402
+
+
+def test_hash_mismatch_is_rejected_naming_the_file(tmp_path: Path) -> None:
+    lock_text = (REPO / "upstream.lock").read_text()
+    pinned = load_lock().wheel("apache-airflow-task-sdk")
+    bad = tmp_path / "upstream.lock"
+    bad.write_text(lock_text.replace(pinned.sha256, "0" * 64))
+    with pytest.raises(PatchsetError) as err:
+        fetch(load_lock(bad), quiet=True)
+    assert pinned.file in str(err.value)
+    assert "hash mismatch" in str(err.value)
+
+
+def test_shared_library_maps_to_one_tree_path_and_back_to_both_wheels() -> None:
+    member = "airflow/_shared/state/__init__.py"
+    sdk_member = "airflow/sdk/_shared/state/__init__.py"
+    tree_path = "shared/state/src/airflow_shared/state/__init__.py"
+    assert wheel_to_tree(CORE, member) == tree_path
+    assert wheel_to_tree(SDK, sdk_member) == tree_path
+    assert tree_to_wheels(tree_path, [CORE, SDK]) == [(CORE, member), (SDK, sdk_member)]
+    assert wheel_to_tree(CORE, "airflow/_shared/__init__.py") == "airflow-core/src/airflow/_shared/__init__.py"
+    assert tree_to_wheels("providers/cncf/kubernetes/src/airflow/providers/cncf/kubernetes/x.py",
+                          [CORE, "apache-airflow-providers-cncf-kubernetes"]) == [
+        ("apache-airflow-providers-cncf-kubernetes", "airflow/providers/cncf/kubernetes/x.py")
+    ]
+    assert tree_to_wheels("airflow-core/newsfragments/1.feature.rst", [CORE]) == []
+
+
+def test_checkout_lays_out_shared_libraries_once_with_upstream_symlinks(pstool: Any) -> None:
+    pstool.run("checkout")
+    shared = pstool.tree / "shared/state/src/airflow_shared/state/__init__.py"
+    assert shared.is_file()
+    link = pstool.tree / "airflow-core/src/airflow/_shared/state"
+    assert link.is_symlink() and (link / "__init__.py").read_bytes() == shared.read_bytes()
+    sdk_link = pstool.tree / "task-sdk/src/airflow/sdk/_shared/state"
+    assert sdk_link.is_symlink() and (sdk_link / "__init__.py").read_bytes() == shared.read_bytes()
+    assert not (pstool.tree / "airflow-core/src/airflow/sdk").exists()
+
+
+def test_export_is_byte_stable_and_round_trips(seeded: Any) -> None:
+    first = {p: p.read_bytes() for p in sorted(seeded.patches.rglob("*")) if p.is_file()}
+    assert (seeded.patches / "series").read_text().count(".patch") == 2
+    assert seeded.run("export", "--check").returncode == 0
+    # Materialize again from patches/ and export: not a byte may change.
+    seeded.run("checkout")
+    assert seeded.run("export", "--check").returncode == 0
+    seeded.run("export")
+    second = {p: p.read_bytes() for p in sorted(seeded.patches.rglob("*")) if p.is_file()}
+    assert first == second
+    text = next(iter(v for k, v in first.items() if k.name.endswith(".patch"))).decode()
+    assert text.startswith("From 0000000000000000000000000000000000000000 ")
+    assert "Patch-Filename" not in text and "index 0000000000000000000000000000000000000000.." not in text
+
+
+def test_export_check_fails_when_a_byte_would_change(seeded: Any) -> None:
+    patch = sorted(seeded.patches.rglob("*.patch"))[0]
+    patch.write_bytes(patch.read_bytes().replace(b"Why it matters.", b"Why it matters!"))
+    proc = seeded.run("export", "--check", check=False)
+    assert proc.returncode == 1
+    assert patch.relative_to(seeded.patches).as_posix() in proc.stderr
+
+
+def test_patch_needing_an_offset_is_rejected(seeded: Any) -> None:
+    # Re-create the alpha patch against a file with one extra line on top: it now applies to
+    # pristine upstream only at an offset, which strict apply must refuse.
+    scratch = seeded.root / "scratch"
+    subprocess.run(["git", "clone", "-q", str(seeded.tree), str(scratch)], check=True)
+    seeded.git("checkout", "-q", "refs/tags/upstream/3.3.2", cwd=scratch)
+    path = scratch / "airflow-core/src/airflow/utils/state.py"
+    path.write_text("# one extra line\n" + path.read_text())
+    seeded.git("commit", "-qam", "shift", cwd=scratch)
+    path.write_text(path.read_text().replace('    SCHEDULED = "scheduled"\n', '    SCHEDULED = "scheduled"\n    # alpha was here\n', 1))
+    seeded.git("commit", "-qam", "Shifted\n\nFeature: alpha\nUpstream-Status: Pending\nDepends: none", cwd=scratch)
+    shifted = seeded.git("format-patch", "--stdout", "-1", "HEAD", cwd=scratch)
+    alpha = next(seeded.patches.glob("alpha/*.patch"))
+    alpha.write_text(shifted)
+    proc = seeded.run("checkout", check=False)
+    assert proc.returncode == 1
+    assert "offset" in proc.stderr and alpha.name in proc.stderr
+    assert seeded.run("verify", "--no-generated", check=False).returncode == 1
+
+
+def test_patch_with_changed_context_is_rejected_not_fuzzed(seeded: Any) -> None:
+    alpha = next(seeded.patches.glob("alpha/*.patch"))
+    lines = alpha.read_text().split("\n")
+    hunk = next(i for i, line in enumerate(lines) if line.startswith("@@"))
+    context = next(i for i in range(hunk + 1, len(lines)) if lines[i].startswith(" ") and lines[i].strip())
+    lines[context] = lines[context] + "  # changed upstream"
+    alpha.write_text("\n".join(lines))
+    proc = seeded.run("checkout", check=False)
+    assert proc.returncode == 1 and "does not apply" in proc.stderr
+
+
+def test_verify_checks_series_and_feature_independence(seeded: Any) -> None:
+    out = seeded.run("verify", "--no-generated").stdout
+    assert "alpha: applies alone with no dependencies" in out
+    assert "beta: applies alone with alpha" in out
+    (seeded.patches / "alpha" / "stray.patch").write_text("x\n")
+    proc = seeded.run("verify", "--no-generated", check=False)
+    assert proc.returncode == 1 and "not named in the series" in proc.stderr
+
+
+def test_verify_requires_trailers_and_declared_dependencies(seeded: Any) -> None:
+    beta = next(seeded.patches.glob("beta/*.patch"))
+    beta.write_text(beta.read_text().replace("Depends: alpha\n", "Depends: none\n"))
+    # beta alone still applies (it touches another file): independence holds, so only trailers matter.
+    assert seeded.run("verify", "--no-generated").returncode == 0
+    beta.write_text(beta.read_text().replace("Upstream-Status: Pending (test)\n", ""))
+    proc = seeded.run("verify", "--no-generated", check=False)
+    assert proc.returncode == 1 and "Upstream-Status" in proc.stderr
+
+
+def test_build_is_reproducible_versioned_and_carries_a_manifest(seeded: Any) -> None:
+    seeded.run("checkout")
+    first = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in map(Path, seeded.run("build").stdout.split())}
+    second = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in map(Path, seeded.run("build").stdout.split())}
+    assert first == second
+    # alpha touches core; beta touches a shared library, which ships in core AND task-sdk.
+    assert sorted(first) == ["apache_airflow_core-3.3.2+ps.1-py3-none-any.whl", "apache_airflow_task_sdk-1.3.2+ps.1-py3-none-any.whl"]
+    core = zipfile.ZipFile(seeded.dist / "apache_airflow_core-3.3.2+ps.1-py3-none-any.whl")
+    sdk = zipfile.ZipFile(seeded.dist / "apache_airflow_task_sdk-1.3.2+ps.1-py3-none-any.whl")
+    assert b"BETA_MARKER" in core.read("airflow/_shared/state/__init__.py")
+    assert core.read("airflow/_shared/state/__init__.py") == sdk.read("airflow/sdk/_shared/state/__init__.py")
+    assert b"Version: 3.3.2+ps.1" in core.read("apache_airflow_core-3.3.2+ps.1.dist-info/METADATA")
+    manifest = core.read("apache_airflow_core-3.3.2+ps.1.dist-info/patchset.json").decode()
+    assert '"feature": "alpha"' in manifest and '"feature": "beta"' in manifest
+    record = core.read("apache_airflow_core-3.3.2+ps.1.dist-info/RECORD").decode()
+    assert "airflow/_shared/state/__init__.py,sha256=" in record
+
+
+def test_export_upstream_applies_with_git_am_at_the_base(seeded: Any) -> None:
+    out_dir = Path(seeded.run("export-upstream", "beta").stdout.strip())
+    files = sorted(out_dir.glob("*.patch"))
+    cover = files[0].read_text()
+    assert "base-commit: " + load_lock().commit in cover and "alpha" in cover
+    series = files[1:]
+    assert len(series) == 2  # alpha (dependency) then beta
+    for f in series:
+        text = f.read_text()
+        assert "Feature:" not in text and "Depends:" not in text and "Patch-Filename" not in text
+    fresh = seeded.root / "fresh"
+    subprocess.run(["git", "clone", "-q", str(seeded.tree), str(fresh)], check=True)
+    seeded.git("checkout", "-q", "refs/tags/upstream/3.3.2", cwd=fresh)
+    seeded.git("am", *map(str, series), cwd=fresh)
+    assert "BETA_MARKER" in (fresh / "shared/state/src/airflow_shared/state/__init__.py").read_text()
+
+
+def _synthetic_release(pstool: Any, dest: Path, edits: dict[str, callable]) -> None:
+    """Write a fake apache-airflow-core 3.3.99 wheel: the pinned one with some files edited."""
+    dest.mkdir()
+    pinned = load_lock()
+    src = REPO / ".cache" / "upstream" / pinned.wheel(CORE).file
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest / "apache_airflow_core-3.3.99-py3-none-any.whl", "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename in edits:
+                data = edits[info.filename](data.decode()).encode()
+            zout.writestr(info, data)
+    sdk = pinned.wheel(SDK).file
+    (dest / sdk).write_bytes((REPO / ".cache" / "upstream" / sdk).read_bytes())
+
+
+def test_drift_classifies_each_patch_on_a_synthetic_newer_release(pstool: Any) -> None:
+    pstool.run("checkout")
+    base_lines = (pstool.tree / "airflow-core/src/airflow/utils/state.py").read_text()
+    assert 'SUCCESS = "success"' in base_lines
+    f = "airflow-core/src/airflow/utils/"
+    pstool.commit(f + "state.py", lambda t: t + "\n# upstreamed line\n", "Already upstream change", "drift")
+    pstool.commit(f + "file.py", lambda t: t + "\n# clean change\n", "Clean change", "drift")
+    pstool.commit(f + "helpers.py", lambda t: t.replace("import ", "import  ", 1), "Offset change", "drift")
+    pstool.commit(f + "dates.py", lambda t: t.replace("from __future__ import annotations\n", "from __future__ import annotations  # ours\n", 1), "Conflicting change", "drift")
+    pstool.run("export")
+    newer = pstool.root / "newer"
+    _synthetic_release(
+        pstool,
+        newer,
+        {
+            "airflow/utils/state.py": lambda t: t + "\n# upstreamed line\n",
+            "airflow/utils/helpers.py": lambda t: "# a new first line\n# and another\n" + t,
+            "airflow/utils/dates.py": lambda t: t.replace("from __future__ import annotations\n", "from __future__ import annotations  # theirs\n", 1),
+        },
+    )
+    proc = pstool.run("drift", "3.3.99", "--from-dir", str(newer), check=False)
+    report = {line.split()[0]: " ".join(line.split()[1:]) for line in proc.stdout.splitlines() if line.startswith("  ")}
+    by_subject = {name.split("-", 1)[1]: status for name, status in report.items()}
+    assert by_subject["already-upstream-change.patch"] == "already upstream"
+    assert by_subject["clean-change.patch"] == "clean"
+    assert by_subject["offset-change.patch"] == "clean (offset)"
+    assert by_subject["conflicting-change.patch"] == "conflicts"
+    assert proc.returncode == 1
