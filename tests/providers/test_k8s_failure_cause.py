@@ -1,0 +1,173 @@
+"""
+AIP-97 failure causes reported by the KubernetesExecutor.
+
+Each row is a pod status fixture (``fixtures/k8s/<row>.json``) shaped like ``kubectl get pod -o
+json`` for that failure. The fixtures are served as a watch stream by a local HTTP endpoint and
+read by the real ``kubernetes`` client inside the executor's real ``KubernetesJobWatcher``; the
+resulting watch events go through the real ``AirflowKubernetesScheduler.process_watcher_task`` and
+``KubernetesExecutor._change_state``, and the test reads the event the scheduler would consume.
+"""
+
+from __future__ import annotations
+
+import queue
+
+import pytest
+from _helpers import core_supports_failure_cause, event_failure
+from k8s_support import FakeKubeAPI, load_pod
+
+from airflow.models.taskinstancekey import TaskInstanceKey
+from airflow.providers.cncf.kubernetes.executors.failure_classification import classify_pod_failure
+from airflow.providers.cncf.kubernetes.executors.kubernetes_executor import KubernetesExecutor
+from airflow.providers.cncf.kubernetes.executors.kubernetes_executor_utils import (
+    AirflowKubernetesScheduler,
+    KubernetesJobWatcher,
+)
+from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
+from airflow.utils.state import TaskInstanceState
+
+INFRA, UNKNOWN = "infra", "unknown"
+
+# fixture, watch event type, expected cause, expected reason
+ROWS = [
+    (
+        "preempted_by_scheduler",
+        "MODIFIED",
+        INFRA,
+        "PreemptionByScheduler: default-scheduler: preempting to accommodate a higher priority pod",
+    ),
+    (
+        "deleted_by_taint_manager",
+        "DELETED",
+        INFRA,
+        "DeletionByTaintManager: Taint manager: deleting due to NoExecute taint",
+    ),
+    ("evicted_by_eviction_api", "MODIFIED", INFRA, "EvictionByEvictionAPI: Eviction API: evicting"),
+    ("deleted_by_pod_gc", "MODIFIED", INFRA, "DeletionByPodGC: PodGC: node no longer exists"),
+    (
+        "terminated_by_kubelet_node_pressure",
+        "MODIFIED",
+        INFRA,
+        "TerminationByKubelet: The node was low on resource: memory. Threshold quantity: 100Mi, "
+        "available: 87692Ki. Container base was using 3145728Ki, request is 512Mi, has larger "
+        "consumption of memory.",
+    ),
+    (
+        "evicted_ephemeral_storage_limit",
+        "MODIFIED",
+        UNKNOWN,
+        "Pod evicted without a DisruptionTarget condition: Pod ephemeral local storage usage exceeds "
+        "the total limit of containers 2Gi.",
+    ),
+    ("oom_killed", "MODIFIED", UNKNOWN, "Container 'base' was OOMKilled (exit code 137)"),
+    (
+        "deleted_while_running",
+        "DELETED",
+        UNKNOWN,
+        "Pod deleted while Running, without a DisruptionTarget condition",
+    ),
+    (
+        "err_image_pull",
+        "MODIFIED",
+        UNKNOWN,
+        "Container 'base' did not start: ErrImagePull: rpc error: code = NotFound desc = failed to pull "
+        'and unpack image "docker.io/apache/airflw:3.3.2": failed to resolve reference '
+        '"docker.io/apache/airflw:3.3.2": docker.io/apache/airflw:3.3.2: not found',
+    ),
+    (
+        "create_container_config_error",
+        "MODIFIED",
+        UNKNOWN,
+        "Container 'base' did not start: CreateContainerConfigError: secret \"airflow-connections\" not found",
+    ),
+    ("container_error_exit_1", "MODIFIED", UNKNOWN, "Container 'base' terminated with exit code 1 (Error)"),
+]
+ROW_IDS = [row[0] for row in ROWS]
+
+KEY = TaskInstanceKey(
+    dag_id="aip97_k8s", task_id="crunch", run_id="manual__2026-11-30T03:12:00+00:00", try_number=1, map_index=-1
+)
+
+
+def watch(events: list[tuple[str, dict]]) -> list:
+    """Run the real watcher over ``events`` served by a local API endpoint; return its queue."""
+    watcher_queue: queue.Queue = queue.Queue()
+    kube_config = KubeConfig()
+    watcher = KubernetesJobWatcher(
+        namespace="airflow",
+        watcher_queue=watcher_queue,
+        resource_version="0",
+        scheduler_job_id="1",
+        kube_config=kube_config,
+    )
+    with FakeKubeAPI() as api:
+        api.events = events
+        watcher._run(api.client(), "0", "1", kube_config)
+        assert api.requests and "watch=True" in api.requests[0]
+    return [watcher_queue.get_nowait() for _ in range(watcher_queue.qsize())]
+
+
+def to_result(watch_event):
+    """Turn a watcher event into the executor's result, as AirflowKubernetesScheduler does."""
+    scheduler = object.__new__(AirflowKubernetesScheduler)  # only the queue hand-off is exercised
+    scheduler.supports_task_instance_uuid = False
+    scheduler.result_queue = queue.Queue()
+    scheduler.process_watcher_task(watch_event)
+    return scheduler.result_queue.get_nowait()
+
+
+@pytest.fixture(scope="module")
+def watched() -> dict:
+    events = [(etype, load_pod(name)) for name, etype, _, _ in ROWS]
+    out = watch(events)
+    assert len(out) == len(ROWS)
+    return dict(zip(ROW_IDS, out))
+
+
+@pytest.mark.parametrize(("name", "etype", "cause", "reason"), ROWS, ids=ROW_IDS)
+def test_watcher_collects_evidence(watched, name, etype, cause, reason):
+    event = watched[name]
+    assert event.state == TaskInstanceState.FAILED
+    assert event.failure_details, "the watcher must collect details for every failure"
+    assert classify_pod_failure(event.failure_details) == (cause, reason)
+
+
+@pytest.mark.parametrize(("name", "etype", "cause", "reason"), ROWS, ids=ROW_IDS)
+def test_executor_reports_cause(watched, name, etype, cause, reason):
+    executor = KubernetesExecutor()
+    executor.running.add(KEY)
+    result = to_result(watched[name])
+    assert result.key == KEY
+
+    executor._change_state(result, session=None)
+
+    assert KEY not in executor.running
+    state, info = executor.event_buffer[KEY]
+    assert state == TaskInstanceState.FAILED
+    assert "because of None" not in str(info)
+    got_cause, got_reason = event_failure(state, info)
+    assert got_reason == reason
+    if core_supports_failure_cause():
+        assert got_cause == cause
+    else:
+        assert got_cause is None
+        assert info == reason  # old core: the plain (state, info) tuple, info is the reason text
+
+
+def test_running_pod_is_not_a_failure():
+    pod = load_pod("deleted_while_running")
+    # The same running pod, without a deletion: the watcher reports nothing.
+    del pod["metadata"]["deletionTimestamp"]
+    assert watch([("MODIFIED", pod)]) == []
+
+
+def test_disruption_condition_must_be_true():
+    """A DisruptionTarget condition whose status is not True is not evidence of a disruption."""
+    pod = load_pod("preempted_by_scheduler")
+    for condition in pod["status"]["conditions"]:
+        if condition["type"] == "DisruptionTarget":
+            condition["status"] = "False"
+    (event,) = watch([("MODIFIED", pod)])
+    cause, reason = classify_pod_failure(event.failure_details)
+    assert cause == UNKNOWN
+    assert reason == "Container 'base' terminated with exit code 143 (Error)"
