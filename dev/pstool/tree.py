@@ -96,6 +96,10 @@ def init_base(tree: Path, lock: Lock | None = None) -> str:
         shutil.rmtree(tree)
     tree.mkdir(parents=True)
     git(tree, "init", "-q")
+    # Byte-code from running code in the tree, and the generator settings `regenerate` places
+    # at the root for a moment, must never end up in a patch.
+    (tree / ".git" / "info").mkdir(parents=True, exist_ok=True)
+    (tree / ".git" / "info" / "exclude").write_text("__pycache__/\n*.pyc\n/pyproject.toml\n/scripts/\n")
     populate_pristine(tree, lock, files)
     git(tree, "add", "-A")
     dists = ", ".join(f"{w.name} {w.version}" for w in lock.wheels)

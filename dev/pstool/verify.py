@@ -52,8 +52,12 @@ def check_hygiene(patches_dir: Path = PATCHES_DIR) -> list[Patch]:
     for patch in patches:
         if not patch.body.endswith(b"\n"):
             raise PatchsetError(f"{patch.name} does not end with a newline")
-        if not touched_paths(patch):
+        paths = touched_paths(patch)
+        if not paths:
             raise PatchsetError(f"{patch.name} changes no file")
+        junk = [p for p in paths if "__pycache__/" in p or p.endswith((".pyc", ".pyo"))]
+        if junk:
+            raise PatchsetError(f"{patch.name} carries byte-code files: {', '.join(junk)}")
     return patches
 
 
