@@ -4,7 +4,6 @@ SHELL := /bin/bash
 PY ?= python3
 PSTOOL := PYTHONPATH=$(CURDIR)/dev $(PY) -m pstool
 VENV := $(CURDIR)/.venv
-PYTEST := $(VENV)/bin/python -m pytest
 PYTEST_ARGS ?=
 
 .PHONY: help fetch checkout export export-check verify install wheels services test test-fast test-e2e \
@@ -49,15 +48,17 @@ verify: install
 services:
 	bash .ci/services.sh
 
+RUN_TESTS := $(VENV)/bin/python dev/run_tests.py
+
 test: services install
 	$(PSTOOL) verify
-	$(PYTEST) tests $(PYTEST_ARGS)
+	$(RUN_TESTS) $(PYTEST_ARGS)
 
 test-fast: services install
-	$(PYTEST) tests -m "not e2e" $(PYTEST_ARGS)
+	$(RUN_TESTS) -m "not e2e" $(PYTEST_ARGS)
 
 test-e2e: services install
-	$(PYTEST) tests -m e2e $(PYTEST_ARGS)
+	$(RUN_TESTS) -m e2e $(PYTEST_ARGS)
 
 demo: install
 	$(VENV)/bin/python dev/demo.py

@@ -103,6 +103,7 @@ class Processes:
 
 
 def load_summaries() -> list[ModuleType]:
+    sys.path.insert(0, str(REPO / "examples" / "summaries"))
     modules = []
     for path in sorted((REPO / "examples" / "summaries").glob("*.py")):
         if path.name.startswith("_"):

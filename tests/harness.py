@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 PG_ADMIN_URL = "postgresql+psycopg2://postgres:postgres@127.0.0.1:5432/postgres"
 
@@ -37,7 +37,9 @@ def pg_url(db: str) -> str:
 def _pg_admin_execute(sql: str) -> None:
     import psycopg2
 
-    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", password="postgres", dbname="postgres")
+    conn = psycopg2.connect(
+        host="127.0.0.1", port=5432, user="postgres", password="postgres", dbname="postgres"
+    )
     try:
         conn.autocommit = True
         with conn.cursor() as cur:
@@ -49,7 +51,7 @@ def _pg_admin_execute(sql: str) -> None:
 def pg_available() -> bool:
     try:
         _pg_admin_execute("SELECT 1")
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure means "not available"
         return False
     return True
 
@@ -83,7 +85,7 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 
     while time.monotonic() < deadline:
         try:
             value = predicate()
-        except Exception as e:  # the DB may not be ready yet, etc.
+        except Exception as e:  # noqa: BLE001 - the DB may not be ready yet, etc.
             last_exc = e
             value = None
         if value:
@@ -145,6 +147,7 @@ class AirflowEnv:
             text=True,
             timeout=timeout,
             cwd=self.home,
+            check=False,
         )
         if check and proc.returncode != 0:
             raise RuntimeError(
@@ -152,7 +155,9 @@ class AirflowEnv:
             )
         return proc
 
-    def run_python(self, code: str, *, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    def run_python(
+        self, code: str, *, timeout: float = 120, check: bool = True
+    ) -> subprocess.CompletedProcess:
         """Run a Python snippet with this environment's interpreter and settings."""
         proc = subprocess.run(
             [self.python, "-c", code],
@@ -161,9 +166,12 @@ class AirflowEnv:
             text=True,
             timeout=timeout,
             cwd=self.home,
+            check=False,
         )
         if check and proc.returncode != 0:
-            raise RuntimeError(f"python snippet failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+            raise RuntimeError(
+                f"python snippet failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+            )
         return proc
 
     def start(self, *args: str, name: str | None = None) -> subprocess.Popen:
@@ -210,7 +218,7 @@ class AirflowEnv:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
 
-    def __enter__(self) -> AirflowEnv:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -227,9 +235,71 @@ __all__ = [
     "pg_available",
     "pg_database",
     "pg_url",
+    "unpatched_venv",
     "venv_python_ok",
     "wait_for",
 ]
 
-if __name__ == "__main__":  # pragma: no cover - manual smoke check
-    print(pg_available(), free_port(), sys.version)
+
+UPSTREAM_WHEELS = Path(__file__).resolve().parents[1] / ".cache" / "upstream"
+CONSTRAINTS = Path(__file__).resolve().parents[1] / "dev" / "constraints.txt"
+
+
+def unpatched_venv(path: str | Path | None = None) -> Path:
+    """
+    Return a venv with the unpatched Airflow 3.3.2 wheels (core, task-sdk, standard provider).
+
+    Uses ``$AIRFLOW_UNPATCHED_VENV`` or ``/work/venvs/unpatched`` when it exists and works; otherwise
+    builds it there from the pinned wheels in ``.cache/upstream`` (a few minutes, once). A file lock
+    keeps concurrent builders from colliding.
+    """
+    import fcntl
+
+    venv = Path(path or os.environ.get("AIRFLOW_UNPATCHED_VENV", "/work/venvs/unpatched"))
+
+    def works() -> bool:
+        if not (venv / "bin" / "airflow").exists():
+            return False
+        probe = subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "import airflow, psycopg2, asyncpg; print(airflow.__version__)",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return probe.returncode == 0 and probe.stdout.strip() == "3.3.2"
+
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{venv}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if works():
+            return venv
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        wheels = [
+            str(UPSTREAM_WHEELS / name)
+            for name in (
+                "apache_airflow-3.3.2-py3-none-any.whl",
+                "apache_airflow_core-3.3.2-py3-none-any.whl",
+                "apache_airflow_task_sdk-1.3.2-py3-none-any.whl",
+                "apache_airflow_providers_standard-1.21.0-py3-none-any.whl",
+            )
+        ]
+        subprocess.run(
+            [
+                str(venv / "bin" / "pip"),
+                "install",
+                "-q",
+                *wheels,
+                "psycopg2-binary",
+                "asyncpg",
+                "-c",
+                str(CONSTRAINTS),
+            ],
+            check=True,
+        )
+        if not works():
+            raise RuntimeError(f"could not build a working unpatched venv at {venv}")
+    return venv

@@ -50,7 +50,9 @@ def _datetimes(value):
     """Turn the ISO timestamps of a CLI-shaped response into the datetimes botocore returns."""
     if isinstance(value, dict):
         return {
-            k: datetime.datetime.fromisoformat(v) if k.endswith("At") and isinstance(v, str) else _datetimes(v)
+            k: datetime.datetime.fromisoformat(v)
+            if k.endswith("At") and isinstance(v, str)
+            else _datetimes(v)
             for k, v in value.items()
         }
     if isinstance(value, list):

@@ -78,14 +78,19 @@ ROWS = [
         "create_container_config_error",
         "MODIFIED",
         UNKNOWN,
-        "Container 'base' did not start: CreateContainerConfigError: secret \"airflow-connections\" not found",
+        "Container 'base' did not start: CreateContainerConfigError: "
+        'secret "airflow-connections" not found',
     ),
     ("container_error_exit_1", "MODIFIED", UNKNOWN, "Container 'base' terminated with exit code 1 (Error)"),
 ]
 ROW_IDS = [row[0] for row in ROWS]
 
 KEY = TaskInstanceKey(
-    dag_id="aip97_k8s", task_id="crunch", run_id="manual__2026-11-30T03:12:00+00:00", try_number=1, map_index=-1
+    dag_id="aip97_providers",
+    task_id="crunch",
+    run_id="manual__2026-11-30T03:12:00+00:00",
+    try_number=1,
+    map_index=-1,
 )
 
 
@@ -121,7 +126,7 @@ def watched() -> dict:
     events = [(etype, load_pod(name)) for name, etype, _, _ in ROWS]
     out = watch(events)
     assert len(out) == len(ROWS)
-    return dict(zip(ROW_IDS, out))
+    return dict(zip(ROW_IDS, out, strict=True))
 
 
 @pytest.mark.parametrize(("name", "etype", "cause", "reason"), ROWS, ids=ROW_IDS)
@@ -171,3 +176,81 @@ def test_disruption_condition_must_be_true():
     cause, reason = classify_pod_failure(event.failure_details)
     assert cause == UNKNOWN
     assert reason == "Container 'base' terminated with exit code 143 (Error)"
+
+
+# --- The scheduler records the cause (real metadata database) -----------------------------------
+
+requires_patched_core = pytest.mark.skipif(
+    not core_supports_failure_cause(), reason="needs the AIP-97 core to record causes"
+)
+
+
+@pytest.fixture(scope="module")
+def dag_in_db(airflow_db):
+    from scheduler_support import serialize_dag
+
+    serialize_dag()
+
+
+@pytest.fixture
+def session(dag_in_db):
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        yield session
+
+
+@requires_patched_core
+@pytest.mark.db
+@pytest.mark.parametrize(("name", "etype", "cause", "reason"), ROWS, ids=ROW_IDS)
+def test_scheduler_records_cause(watched, session, name, etype, cause, reason):
+    from scheduler_support import process_events, running_ti, scheduler_job_id
+
+    job_id = scheduler_job_id(session)
+    ti = running_ti(KEY.run_id, job_id=job_id, session=session)
+    executor = KubernetesExecutor()
+    executor.running.add(KEY)
+    executor._change_state(to_result(watched[name]), session=session)
+
+    process_events(executor, job_id, session)
+
+    session.refresh(ti)
+    assert ti.state == TaskInstanceState.FAILED  # retries=0
+    assert (ti.failure_cause, ti.failure_reason) == (cause, reason)
+
+
+@pytest.mark.db
+def test_pre_execution_requeue_still_works(session):
+    """A pod that fails while its TI is still queued is requeued once without any event."""
+    from airflow.providers.cncf.kubernetes.executors.kubernetes_executor import _PodLaunchAttempt
+    from airflow.providers.cncf.kubernetes.executors.kubernetes_executor_types import KubernetesJob
+    from scheduler_support import process_events, running_ti, scheduler_job_id
+
+    job_id = scheduler_job_id(session)
+    ti = running_ti(KEY.run_id, job_id=job_id, session=session, state=TaskInstanceState.QUEUED)
+    session.commit()
+    executor = KubernetesExecutor()
+    assert executor.pod_launch_failure_max_retries == 1  # the provider default
+    executor.task_queue = queue.Queue()
+    job = KubernetesJob(KEY, ["python"], None, None)
+    executor.pod_launch_attempts[KEY] = _PodLaunchAttempt(job=job)
+    executor.running.add(KEY)
+
+    pod = load_pod("err_image_pull")
+    (first,) = watch([("MODIFIED", pod)])
+    executor._change_state(to_result(first), session=session)
+    assert executor.task_queue.get_nowait() == job  # requeued, not reported
+    assert KEY not in executor.event_buffer and KEY in executor.running
+
+    pod["metadata"]["name"] = "aip97-k8s-crunch-i2"  # the requeued pod fails the same way
+    (second,) = watch([("MODIFIED", pod)])
+    executor._change_state(to_result(second), session=session)
+    assert executor.task_queue.empty()
+    state, info = executor.event_buffer[KEY]
+    cause, reason = event_failure(state, info)
+    assert reason.startswith("Container 'base' did not start: ErrImagePull: ")
+    if core_supports_failure_cause():
+        assert cause == UNKNOWN
+        process_events(executor, job_id, session)
+        session.refresh(ti)
+        assert (ti.state, ti.failure_cause) == (TaskInstanceState.FAILED, UNKNOWN)

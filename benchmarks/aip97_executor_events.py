@@ -1,0 +1,202 @@
+#!/usr/bin/env python
+"""
+Benchmark: SchedulerJobRunner.process_executor_events over 5,000 failed executor events (AIP-97).
+
+Runs the same measurement under the patched venv (the interpreter running this script, or
+``--patched``) and under unpatched Airflow 3.3.2 (``--unpatched``, built from the pinned wheels by
+``tests/harness.py`` if missing), each in its own subprocess with a fresh SQLite database, and
+prints both figures side by side with the ratio patched/unpatched.
+
+Two scenarios, 5,000 events each (50 tasks x 100 Dag runs):
+
+* ``reported``: the worker already reported the failure (task instances are FAILED). This is the
+  common case; the scheduler only consumes and logs the event. The patched executor reports every
+  failure with a cause (``fail(key, info, failure_cause="infra", failure_reason=...)``).
+* ``mismatch``: task instances are still QUEUED, so every event goes through the state-mismatch
+  path and ``TaskInstance.handle_failure`` (one commit per task instance, as upstream), and in the
+  patched build also through the cause recording, the extra metric and the structured log line.
+
+Usage::
+
+    python benchmarks/aip97_executor_events.py [--repeat 3] [--events 5000] [--scenario reported]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DAG_ID = "aip97_bench"
+N_TASKS = 50
+
+DAG_FILE = f'''
+from datetime import datetime
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.providers.standard.operators.python import PythonOperator
+
+with DAG("{DAG_ID}", start_date=datetime(2024, 1, 1), schedule=None, catchup=False):
+    for i in range({N_TASKS}):
+        PythonOperator(task_id=f"t{{i:03d}}", python_callable=print)
+'''
+
+
+def _worker(scenario: str, events: int) -> dict:
+    """Measure once, inside a venv whose AIRFLOW_HOME/database the parent prepared."""
+    import logging
+    import time
+    from datetime import datetime, timedelta, timezone
+
+    from sqlalchemy import func, select, update
+
+    from airflow.executors.base_executor import BaseExecutor
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.models.dagbag import DBDagBag
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState, TaskInstanceState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    job_id = 1
+    n_runs = max(1, events // N_TASKS)
+    with create_session() as session:
+        dag = SerializedDagModel.get_dag(DAG_ID, session=session)
+        start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+        for i in range(n_runs):
+            when = start + timedelta(hours=i)
+            dag.create_dagrun(
+                run_id=f"bench_{i:04d}",
+                logical_date=when,
+                data_interval=(when, when),
+                run_after=when,
+                run_type=DagRunType.MANUAL,
+                triggered_by=DagRunTriggeredByType.TEST,
+                state=DagRunState.RUNNING,
+                session=session,
+            )
+        session.flush()
+        ti_state = TaskInstanceState.FAILED if scenario == "reported" else TaskInstanceState.QUEUED
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.dag_id == DAG_ID)
+            .values(state=ti_state, try_number=1, max_tries=0, queued_by_job_id=job_id)
+        )
+        session.commit()
+        keys = [ti.key for ti in session.scalars(select(TaskInstance).where(TaskInstance.dag_id == DAG_ID))]
+
+    executor = BaseExecutor()
+    with_cause = getattr(executor, "supports_failure_cause", False)
+    for key in keys:
+        if with_cause:
+            executor.fail(key, "worker lost", failure_cause="infra", failure_reason="Worker node lost")
+        else:
+            executor.fail(key, "worker lost")
+
+    # Log records are formatted and written (to a discarded stream) in both builds alike.
+    logging.getLogger().setLevel(logging.INFO)
+    dag_bag = DBDagBag()
+    with create_session() as session:
+        t0 = time.perf_counter()
+        left = SchedulerJobRunner.process_executor_events(
+            executor=executor, job_id=job_id, scheduler_dag_bag=dag_bag, session=session
+        )
+        session.commit()
+        elapsed = time.perf_counter() - t0
+        failed = session.scalar(
+            select(func.count())
+            .select_from(TaskInstance)
+            .where(TaskInstance.dag_id == DAG_ID, TaskInstance.state == TaskInstanceState.FAILED)
+        )
+    return {
+        "events": len(keys),
+        "left": left,
+        "failed": failed,
+        "seconds": elapsed,
+        "with_cause": with_cause,
+    }
+
+
+def _run_once(venv: Path, scenario: str, events: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="aip97-bench-") as tmp:
+        home = Path(tmp)
+        (home / "dags").mkdir()
+        (home / "dags" / "bench_dag.py").write_text(DAG_FILE)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env.update(
+            {
+                "AIRFLOW_HOME": str(home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+                "AIRFLOW__METRICS__STATSD_ON": "False",
+            }
+        )
+        airflow = str(venv / "bin" / "airflow")
+        for cmd in (["db", "migrate"], ["dags", "reserialize"]):
+            subprocess.run([airflow, *cmd], env=env, check=True, capture_output=True, cwd=home)
+        out = subprocess.run(
+            [str(venv / "bin" / "python"), __file__, "--worker", scenario, "--events", str(events)],
+            env=env,
+            check=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=home,
+        )
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--patched", type=Path, default=Path(sys.prefix), help="venv with the patched wheels")
+    parser.add_argument("--unpatched", type=Path, default=None, help="venv with unpatched Airflow 3.3.2")
+    parser.add_argument("--events", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--scenario", choices=["reported", "mismatch", "both"], default="both")
+    parser.add_argument("--worker", choices=["reported", "mismatch"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        print(json.dumps(_worker(args.worker, args.events)))
+        return 0
+
+    unpatched = args.unpatched
+    if unpatched is None:
+        sys.path.insert(0, str(REPO / "tests"))
+        import harness
+
+        unpatched = harness.unpatched_venv()
+
+    scenarios = ["reported", "mismatch"] if args.scenario == "both" else [args.scenario]
+    print(f"process_executor_events, {args.events} failed events, median of {args.repeat} (SQLite)")
+    print(f"{'scenario':<10} {'unpatched 3.3.2':>16} {'patched':>10} {'ratio':>7}")
+    worst = 0.0
+    for scenario in scenarios:
+        times: dict[str, list[float]] = {"unpatched": [], "patched": []}
+        for _ in range(args.repeat):
+            # Alternate the builds so that machine load affects both alike.
+            for name, venv in (("unpatched", unpatched), ("patched", args.patched)):
+                result = _run_once(venv, scenario, args.events)
+                # Every event consumed, every task instance failed.
+                assert result["left"] == 0, result
+                assert result["failed"] == result["events"] == args.events // N_TASKS * N_TASKS, result
+                assert result["with_cause"] == (name == "patched"), result
+                times[name].append(result["seconds"])
+        base, new = statistics.median(times["unpatched"]), statistics.median(times["patched"])
+        ratio = new / base
+        worst = max(worst, ratio)
+        print(f"{scenario:<10} {base:>15.3f}s {new:>9.3f}s {ratio:>7.3f}")
+    print(f"worst ratio {worst:.3f} (target <= 1.05)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Run the test suite: one pytest session per directory under tests/, then one summary line.
+
+Airflow reads its configuration once per process, and each feature's conftest points it at its own
+AIRFLOW_HOME and database, so every directory runs in a fresh interpreter. Extra arguments are
+passed to every session (e.g. ``-m "not e2e"``). Exit status: 0 only if no session failed and at
+least one test ran.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ORDER = ["tooling", "aip97_core", "aip97_worker", "aip122", "asset_emit", "providers", "demo"]
+
+
+def directories() -> list[Path]:
+    found = [p for p in sorted((REPO / "tests").iterdir()) if p.is_dir() and any(p.glob("test_*.py"))]
+    return sorted(found, key=lambda p: (ORDER.index(p.name) if p.name in ORDER else len(ORDER), p.name))
+
+
+def main(argv: list[str]) -> int:
+    totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    broken: list[str] = []
+    started = time.monotonic()
+    for directory in directories():
+        with tempfile.NamedTemporaryFile(suffix=".xml") as report:
+            t0 = time.monotonic()
+            print(f"\n===== tests/{directory.name} =====", flush=True)
+            proc = subprocess.run(
+                [sys.executable, "-m", "pytest", str(directory), f"--junitxml={report.name}", *argv],
+                cwd=REPO,
+            )
+            counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+            if Path(report.name).stat().st_size:
+                for suite in ET.parse(report.name).getroot().iter("testsuite"):
+                    tests = int(suite.get("tests", 0))
+                    failed = int(suite.get("failures", 0))
+                    errors = int(suite.get("errors", 0))
+                    skipped = int(suite.get("skipped", 0))
+                    counts["failed"] += failed
+                    counts["errors"] += errors
+                    counts["skipped"] += skipped
+                    counts["passed"] += tests - failed - errors - skipped
+            for key, value in counts.items():
+                totals[key] += value
+            if proc.returncode not in (0, 5) or counts["failed"] or counts["errors"]:
+                broken.append(directory.name)
+            print(f"----- tests/{directory.name}: {counts['passed']} passed, {counts['failed']} failed, "
+                  f"{counts['skipped']} skipped, {counts['errors']} errors in {time.monotonic() - t0:.0f}s", flush=True)
+    minutes = (time.monotonic() - started) / 60
+    print(f"\nsuite took {minutes:.1f} min" + (f"; failing: {', '.join(broken)}" if broken else ""))
+    failed = totals["failed"] + totals["errors"]
+    print(f"{totals['passed']} passed, {failed} failed, {totals['skipped']} skipped")
+    return 1 if failed or broken or totals["passed"] == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

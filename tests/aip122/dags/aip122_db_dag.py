@@ -1,0 +1,20 @@
+"""Dag whose task instances the AIP-122 database-level tests fail by hand (never run by a scheduler)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG, BaseOperator
+
+
+class Noop(BaseOperator):
+    def execute(self, context):
+        return None
+
+
+with DAG("aip122_db", schedule=None, start_date=datetime(2024, 1, 1), catchup=False):
+    Noop(task_id="r0", retries=0)
+    Noop(task_id="r2", retries=2)
+    Noop(task_id="opt_out", retries=0, max_infra_retries=0)
+    Noop(task_id="opt_in_2", retries=0, max_infra_retries=2)
+    Noop.partial(task_id="mapped", retries=0, max_infra_retries=1).expand(doc=["a", "b"])

@@ -1,0 +1,32 @@
+"""Listener plugin appending every on_task_instance_failed call to $AIP122_OUT/listener.jsonl."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from airflow.listeners import hookimpl
+from airflow.plugins_manager import AirflowPlugin
+
+
+class InfraRetryListener:
+    @hookimpl
+    def on_task_instance_failed(self, previous_state, task_instance, error, failure_cause):
+        out = os.environ.get("AIP122_OUT")
+        if not out:
+            return
+        record = {
+            "pid": os.getpid(),
+            "task_id": task_instance.task_id,
+            "map_index": getattr(task_instance, "map_index", -1),
+            "try_number": task_instance.try_number,
+            "state": str(getattr(task_instance.state, "value", task_instance.state)),
+            "failure_cause": None if failure_cause is None else str(getattr(failure_cause, "value", failure_cause)),
+        }
+        with open(os.path.join(out, "listener.jsonl"), "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+class Aip122ListenerPlugin(AirflowPlugin):
+    name = "aip122_listener"
+    listeners = [InfraRetryListener()]

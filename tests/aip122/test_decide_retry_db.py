@@ -1,0 +1,389 @@
+"""
+AIP-122 retry semantics on a real PostgreSQL database with real Dag runs and TaskInstance rows.
+
+Each test creates a fresh run of ``dags/aip122_db_dag.py`` (serialized into the database by the
+``db_env`` fixture), puts a task instance into ``running`` the way the scheduler would (try_number
+raised by one) and fails it through ``TaskInstance.handle_failure`` -- the path every scheduler
+failure (executor event, state mismatch, heartbeat timeout, stuck in queued) takes -- with the
+cause the executor reported. Nothing is mocked; the configuration comes from environment
+variables, as in a deployment.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+
+# Import (and so configure) Airflow before any fixture touches logging; conftest set its environment.
+import airflow  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("db_env")
+
+DAG_ID = "aip122_db"
+INFRA = "infra"
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+@pytest.fixture
+def decision_log():
+    """The lines logged by the infrastructure-retry decision (whatever Airflow's logging setup is)."""
+    logger = logging.getLogger("airflow.models.taskinstance_infra_retry")
+    handler = _Records()
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.DEBUG)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(old_level)
+
+
+@pytest.fixture
+def infra_config(monkeypatch):
+    """Set ``[core] max_infra_retries`` / ``infra_retry_delay`` through the environment."""
+
+    def set_(max_infra_retries: int | None = None, delay: float | None = None) -> None:
+        if max_infra_retries is None:
+            monkeypatch.delenv("AIRFLOW__CORE__MAX_INFRA_RETRIES", raising=False)
+        else:
+            monkeypatch.setenv("AIRFLOW__CORE__MAX_INFRA_RETRIES", str(max_infra_retries))
+        if delay is not None:
+            monkeypatch.setenv("AIRFLOW__CORE__INFRA_RETRY_DELAY", str(delay))
+
+    return set_
+
+
+def _session():
+    from airflow.utils.session import create_session
+
+    return create_session()
+
+
+def _dag(session):
+    from airflow.models.dagbag import DBDagBag
+
+    return DBDagBag(load_op_links=False).get_latest_version_of_dag(DAG_ID, session=session)
+
+
+def _new_run(session) -> str:
+    """Create a running manual Dag run (task instances included) and return its run_id."""
+    from airflow._shared.timezones import timezone
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    run_id = f"aip122_{uuid.uuid4().hex[:10]}"
+    now = timezone.utcnow()
+    _dag(session).create_dagrun(
+        run_id=run_id,
+        logical_date=None,
+        data_interval=None,
+        run_after=now,
+        run_type=DagRunType.MANUAL,
+        triggered_by=DagRunTriggeredByType.TEST,
+        state=DagRunState.RUNNING,
+        session=session,
+    )
+    session.commit()
+    return run_id
+
+
+def _ti(session, run_id: str, task_id: str, map_index: int = -1):
+    from sqlalchemy import select
+
+    from airflow.models.taskinstance import TaskInstance as TI
+
+    return session.scalar(
+        select(TI).where(
+            TI.dag_id == DAG_ID, TI.run_id == run_id, TI.task_id == task_id, TI.map_index == map_index
+        )
+    )
+
+
+def _start_try(session, ti, *, attach_task: bool = True):
+    """Start the next try of ``ti`` like the scheduler and the Execution API would."""
+    from airflow.utils.state import TaskInstanceState
+
+    ti.try_number += 1
+    ti.state = TaskInstanceState.RUNNING
+    ti.retry_delay_override = None  # ti_run clears it when a try starts
+    if attach_task:
+        ti.task = _dag(session).get_task(ti.task_id)
+    session.commit()
+    return ti
+
+
+def _fail(session, ti, cause: str | None, *, attach_task: bool = True) -> str:
+    """Fail the current try of ``ti`` with ``cause``; return the state it ends in."""
+    if attach_task and getattr(ti, "task", None) is None:
+        ti.task = _dag(session).get_task(ti.task_id)
+    ti.handle_failure(error=f"try {ti.try_number} failed ({cause})", session=session, failure_cause=cause)
+    session.commit()
+    return ti.state
+
+
+def _run_tries(task_id: str, causes: list[str]) -> tuple[list[str], object]:
+    """Run one try per cause (stopping when the task instance fails); return the states and the TI."""
+    states: list[str] = []
+    with _session() as session:
+        run_id = _new_run(session)
+        ti = _ti(session, run_id, task_id)
+        for cause in causes:
+            _start_try(session, ti)
+            states.append(_fail(session, ti, cause))
+            if states[-1] == "failed":
+                break
+        session.refresh(ti)
+        session.expunge(ti)
+    return states, ti
+
+
+def test_infra_failure_at_retries_0_is_retried_without_spending_retries(infra_config, decision_log):
+    infra_config(max_infra_retries=1, delay=7)
+    with _session() as session:
+        run_id = _new_run(session)
+        ti = _ti(session, run_id, "r0")
+        _start_try(session, ti)
+        assert _fail(session, ti, INFRA) == "up_for_retry"
+        session.refresh(ti)
+        assert (ti.try_number, ti.max_tries, ti.infra_retry_count) == (1, 1, 1)
+        assert ti.failure_cause == INFRA
+        # The retry waits infra_retry_delay, not the task's retry_delay (300 s by default).
+        assert ti.retry_delay_override == 7
+        ti.task = _dag(session).get_task("r0")
+        assert ti.next_retry_datetime() == ti.end_date + timedelta(seconds=7)
+
+        # The archived try keeps its cause and the count as of its own decision.
+        from sqlalchemy import select
+
+        from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
+
+        hist = session.scalars(select(TIH).where(TIH.run_id == run_id, TIH.task_id == "r0")).all()
+        assert [(h.try_number, h.failure_cause, h.infra_retry_count) for h in hist] == [(1, INFRA, 1)]
+
+        # The second try fails for an application reason: retries=0 still means no retry.
+        _start_try(session, ti)
+        assert _fail(session, ti, "application") == "failed"
+        session.refresh(ti)
+        assert (ti.try_number, ti.max_tries, ti.infra_retry_count) == (2, 1, 1)
+    assert "infra_retry=granted reason=granted" in decision_log.text
+
+
+def test_default_config_fails_like_upstream(infra_config, decision_log):
+    infra_config(max_infra_retries=None)
+    states, ti = _run_tries("r0", [INFRA])
+    assert states == ["failed"]
+    assert (ti.try_number, ti.max_tries, ti.infra_retry_count) == (1, 0, 0)
+    assert "infra_retry=denied reason=disabled" in decision_log.text
+
+
+def test_cap_holds_under_repeated_infra_failures(infra_config):
+    infra_config(max_infra_retries=3, delay=1)
+    states, ti = _run_tries("r0", [INFRA] * 6)
+    assert states == ["up_for_retry"] * 3 + ["failed"]
+    assert (ti.try_number, ti.max_tries, ti.infra_retry_count) == (4, 3, 3)
+
+
+def test_ordinary_retries_are_kept_after_infra_retries(infra_config):
+    infra_config(max_infra_retries=2, delay=1)
+    # retries=2: two infra retries, then the user's two ordinary retries, then failed.
+    causes = [INFRA, INFRA, "application", "application", "application"]
+    states, ti = _run_tries("r2", causes)
+    assert states == ["up_for_retry"] * 4 + ["failed"]
+    assert (ti.try_number, ti.max_tries, ti.infra_retry_count) == (5, 4, 2)
+
+
+def test_infra_retry_does_not_spend_an_ordinary_retry(infra_config):
+    infra_config(max_infra_retries=1, delay=1)
+    # An ordinary retry first, then an infra failure, then the last ordinary retry.
+    states, ti = _run_tries("r2", ["application", INFRA, "timeout", "unknown"])
+    assert states == ["up_for_retry", "up_for_retry", "up_for_retry", "failed"]
+    assert ti.infra_retry_count == 1
+
+
+@pytest.mark.parametrize("cause", ["application", "timeout", "unknown", None])
+def test_other_causes_never_get_an_infra_retry(infra_config, cause):
+    infra_config(max_infra_retries=5)
+    states, ti = _run_tries("r0", [cause])
+    assert states == ["failed"]
+    assert (ti.max_tries, ti.infra_retry_count) == (0, 0)
+    # With retries left the ordinary budget is spent, exactly as upstream.
+    states, ti = _run_tries("r2", [cause])
+    assert states == ["up_for_retry"]
+    assert (ti.max_tries, ti.infra_retry_count) == (2, 0)
+
+
+def test_task_max_infra_retries_0_beats_the_config(infra_config, decision_log):
+    infra_config(max_infra_retries=5)
+    states, ti = _run_tries("opt_out", [INFRA])
+    assert states == ["failed"]
+    assert ti.infra_retry_count == 0
+    assert "infra_retry=denied reason=task_opt_out" in decision_log.text
+
+
+def test_task_max_infra_retries_opts_in_when_the_config_is_off(infra_config):
+    infra_config(max_infra_retries=None, delay=1)
+    states, ti = _run_tries("opt_in_2", [INFRA] * 4)
+    assert states == ["up_for_retry", "up_for_retry", "failed"]
+    assert ti.infra_retry_count == 2
+
+
+def test_task_loaded_from_the_serialized_dag_when_not_attached(infra_config):
+    """The worker-reported path has no task attached; the per-task setting must still apply."""
+    from airflow.models.taskinstance_failure import decide_retry
+
+    infra_config(max_infra_retries=5)
+    with _session() as session:
+        run_id = _new_run(session)
+        ti = _ti(session, run_id, "opt_out")
+        _start_try(session, ti, attach_task=False)
+        ti = _ti(session, run_id, "opt_out")  # fresh object, no task
+        decision = decide_retry(ti, failure_cause=INFRA, retry_eligible=False)
+        assert decision.retry is False
+        assert decision.infra_retry.reason.value == "task_opt_out"
+
+        ti = _ti(session, run_id, "r0")
+        _start_try(session, ti, attach_task=False)
+        ti = _ti(session, run_id, "r0")
+        decision = decide_retry(ti, failure_cause=INFRA, retry_eligible=False)
+        assert decision.retry is True and decision.infra_retry.granted
+        session.commit()
+        session.refresh(ti)
+        assert (ti.infra_retry_count, ti.max_tries) == (1, 1)
+
+
+def test_mapped_task_instances_have_their_own_counters(infra_config):
+    infra_config(max_infra_retries=None, delay=1)
+    with _session() as session:
+        run_id = _new_run(session)
+        from airflow.models.dagrun import DagRun
+
+        dr = session.scalar(
+            __import__("sqlalchemy").select(DagRun).where(DagRun.dag_id == DAG_ID, DagRun.run_id == run_id)
+        )
+        dr.dag = _dag(session)
+        dr.task_instance_scheduling_decisions(session=session)  # expands the mapped task
+        session.commit()
+        ti0, ti1 = _ti(session, run_id, "mapped", 0), _ti(session, run_id, "mapped", 1)
+        assert ti0 is not None and ti1 is not None
+        _start_try(session, ti0)
+        assert _fail(session, ti0, INFRA) == "up_for_retry"  # partial(max_infra_retries=1)
+        _start_try(session, ti0)
+        assert _fail(session, ti0, INFRA) == "failed"
+        _start_try(session, ti1)
+        assert _fail(session, ti1, INFRA) == "up_for_retry"
+        session.refresh(ti0)
+        session.refresh(ti1)
+        assert (ti0.infra_retry_count, ti1.infra_retry_count) == (1, 1)
+
+
+def test_clear_resets_the_counter(infra_config):
+    from airflow.models.taskinstance import clear_task_instances
+
+    infra_config(max_infra_retries=1, delay=1)
+    with _session() as session:
+        run_id = _new_run(session)
+        ti = _ti(session, run_id, "r0")
+        _start_try(session, ti)
+        assert _fail(session, ti, INFRA) == "up_for_retry"
+        _start_try(session, ti)
+        assert _fail(session, ti, INFRA) == "failed"  # cap reached
+        session.refresh(ti)
+        assert ti.infra_retry_count == 1
+
+        clear_task_instances([ti], session)
+        session.commit()
+        session.refresh(ti)
+        assert ti.state is None
+        assert ti.infra_retry_count == 0
+        assert ti.max_tries == ti.try_number + 0  # retries=0: the clear's own budget, as upstream
+
+        # After the clear the task instance has its allowance again.
+        _start_try(session, ti)
+        assert _fail(session, ti, INFRA) == "up_for_retry"
+        session.refresh(ti)
+        assert ti.infra_retry_count == 1
+
+
+def test_a_stale_failure_is_not_granted(infra_config, decision_log):
+    """A failure decided after the try already ended (a late event) is denied, not counted."""
+    from airflow.models.taskinstance_failure import decide_retry
+    from airflow.utils.state import TaskInstanceState
+
+    infra_config(max_infra_retries=3)
+    with _session() as session:
+        run_id = _new_run(session)
+        ti = _ti(session, run_id, "r0")
+        _start_try(session, ti)
+        ti.state = TaskInstanceState.SUCCESS
+        session.commit()
+        decision = decide_retry(ti, failure_cause=INFRA)
+        assert not decision.retry
+        assert decision.infra_retry.reason.value == "stale"
+        session.commit()
+        session.refresh(ti)
+        assert (ti.infra_retry_count, ti.max_tries) == (0, 0)
+
+
+@pytest.mark.postgres
+def test_concurrent_deciders_grant_a_failure_once(infra_config):
+    """
+    HA: two schedulers (two sessions, two threads) decide the same infra failure at the same time.
+
+    Both read the task instance while it is running with infra_retry_count=0; exactly one grant
+    reaches the database, the other decision sees the row changed under it and is denied as stale.
+    """
+    from airflow.models.taskinstance_failure import decide_retry
+
+    infra_config(max_infra_retries=5)
+    rounds = 8
+    for _ in range(rounds):
+        with _session() as session:
+            run_id = _new_run(session)
+            ti = _ti(session, run_id, "r0")
+            _start_try(session, ti)
+            ti_id = ti.id
+
+        both_loaded = threading.Barrier(2)
+        results: list[bool] = []
+        errors: list[BaseException] = []
+
+        def decider():
+            try:
+                from sqlalchemy import select
+
+                from airflow.models.taskinstance import TaskInstance as TI
+
+                with _session() as s:
+                    ti_ = s.scalar(select(TI).where(TI.id == ti_id))
+                    ti_.task = _dag(s).get_task("r0")
+                    both_loaded.wait(timeout=30)
+                    results.append(decide_retry(ti_, failure_cause=INFRA).infra_retry.granted)
+                    # create_session commits on exit: the winner releases its row lock here.
+            except BaseException as e:  # pragma: no cover - surfaced below
+                errors.append(e)
+
+        threads = [threading.Thread(target=decider) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors, errors
+        assert sorted(results) == [False, True]
+        with _session() as session:
+            ti = _ti(session, run_id, "r0")
+            assert (ti.infra_retry_count, ti.max_tries) == (1, 1)

@@ -1,0 +1,45 @@
+"""Fixtures for the AIP-97 core/scheduler tests.
+
+Airflow components run as subprocesses (see ``tests/harness.py``) with their own AIRFLOW_HOME and
+database, so these tests do not depend on the environment of the pytest process. The patched
+Airflow is the one installed in the venv running pytest; the unpatched 3.3.2 venv is built on first
+use from the pinned wheels.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+import harness
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "fixtures"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: end-to-end test with real Airflow processes (slow)")
+    config.addinivalue_line("markers", "postgres: needs the PostgreSQL server from .ci/services.sh")
+
+
+@pytest.fixture(scope="session")
+def patched_venv() -> Path:
+    """The venv running pytest, which holds the patched wheels."""
+    return Path(sys.prefix)
+
+
+@pytest.fixture(scope="session")
+def unpatched_venv() -> Path:
+    return harness.unpatched_venv()
+
+
+@pytest.fixture(scope="session")
+def require_postgres() -> None:
+    if not harness.pg_available():
+        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")

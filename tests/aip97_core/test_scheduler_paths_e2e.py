@@ -1,0 +1,265 @@
+"""
+End to end: every failure path the scheduler ends, with a real scheduler and dag-processor.
+
+The scheduler runs a real executor class (``fixtures/pythonpath/aip97_fault_executor.py``) that
+fails each task the way its task_id says (see that module). For each path the test checks the cause
+and reason in the database (live row and history), the single structured scheduler log line, the
+listener plugin's records (a listener declaring ``failure_cause`` and one that does not), the
+``context["failure_cause"]`` seen by failure/retry callbacks run by the dag-processor, the StatsD
+packets (InfluxDB-tagged) and the REST API responses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from statsd_receiver import StatsdReceiver
+
+import harness
+from conftest import FIXTURES
+
+DAG_ID = "aip97_scheduler_paths"
+EXPECTED = {
+    # task_id: (final state, final try_number, cause, reason fragment, source of the log line)
+    "infra_fail": ("failed", 2, "infra", "Worker node lost", "executor_event"),
+    "legacy_fail": ("failed", 1, "unknown", "legacy executor info", "executor_event"),
+    "mismatch": ("failed", 1, "unknown", "reported state success", "state_mismatch"),
+    "stuck": ("failed", 1, "infra", "Stuck in queued", "stuck_in_queued"),
+    "lost_heartbeat": ("failed", 1, "unknown", "Heartbeat timeout", "heartbeat_timeout"),
+}
+LOG_LINE = re.compile(r"Task instance failure recorded: (?P<body>.*)")
+
+
+@dataclass
+class Scenario:
+    env: harness.AirflowEnv
+    url: str
+    scheduler_log: str
+    listener_records: list[dict]
+    callback_records: list[dict]
+    statsd_lines: list[str]
+
+
+def _ti_rows(url: str, table: str) -> list[dict]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    f"SELECT task_id, state, try_number, failure_cause, failure_reason FROM {table} "
+                    "WHERE dag_id = :d ORDER BY task_id, try_number"
+                ),
+                {"d": DAG_ID},
+            ).mappings()
+            return [dict(r) for r in rows]
+    finally:
+        engine.dispose()
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory, patched_venv) -> Scenario:
+    pytest.importorskip("statsd", reason="the StatsD metrics backend needs the 'statsd' package")
+    if not harness.pg_available():
+        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
+    tmp = tmp_path_factory.mktemp("aip97_sched")
+    listener_out, callback_out = tmp / "listener.jsonl", tmp / "callbacks.jsonl"
+    with StatsdReceiver() as statsd, harness.pg_database("t_aip97core_e2e") as url:
+        env = harness.AirflowEnv(
+            patched_venv,
+            tmp / "home",
+            db_url=url,
+            extra_env={
+                "PYTHONPATH": str(FIXTURES / "pythonpath"),
+                "AIRFLOW__CORE__EXECUTOR": "aip97_fault_executor.FaultInjectingExecutor",
+                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "4",
+                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "1",
+                "AIRFLOW__SCHEDULER__NUM_STUCK_IN_QUEUED_RETRIES": "0",
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "3",
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "1",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "1",
+                "AIRFLOW__METRICS__STATSD_ON": "True",
+                "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+                "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+                "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
+                "AIP97_LISTENER_OUT": str(listener_out),
+                "AIP97_CALLBACK_OUT": str(callback_out),
+            },
+        )
+        shutil.copy(FIXTURES / "dags" / "aip97_scheduler_paths.py", env.dags_folder)
+        (env.home / "plugins").mkdir(exist_ok=True)
+        shutil.copy(FIXTURES / "plugins" / "aip97_recording_listeners.py", env.home / "plugins")
+        with env:
+            env.airflow("db", "migrate")
+            env.start("dag-processor")
+            env.start("scheduler")
+
+            def done() -> bool:
+                rows = _ti_rows(url, "task_instance")
+                finished = len(rows) == len(EXPECTED) and all(r["state"] == "failed" for r in rows)
+                callbacks = _read_jsonl(callback_out)
+                # infra_fail: retry + failure callback; legacy_fail: failure callback.
+                return finished and len(callbacks) >= 3
+
+            try:
+                harness.wait_for(done, timeout=80, interval=1, what="all task instances failed")
+            except TimeoutError:
+                print(env.log_text("scheduler")[-8000:])
+                print(env.log_text("dag-processor")[-4000:])
+                raise
+            env.stop("scheduler")
+            env.stop("dag-processor")
+        yield Scenario(
+            env=env,
+            url=url,
+            scheduler_log=env.log_text("scheduler"),
+            listener_records=_read_jsonl(listener_out),
+            callback_records=_read_jsonl(callback_out),
+            statsd_lines=list(statsd.lines),
+        )
+
+
+def _log_lines(scenario: Scenario) -> list[dict[str, str]]:
+    out = []
+    for line in scenario.scheduler_log.splitlines():
+        m = LOG_LINE.search(line)
+        if not m:
+            continue
+        body = m.group("body")
+        fields = dict(re.findall(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)', body))
+        fields["failure_reason"] = json.loads(fields["failure_reason"])
+        out.append(fields)
+    return out
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_cause_and_reason_are_persisted(scenario):
+    live = {r["task_id"]: r for r in _ti_rows(scenario.url, "task_instance")}
+    for task_id, (state, try_number, cause, reason, _) in EXPECTED.items():
+        row = live[task_id]
+        assert (row["state"], row["try_number"], row["failure_cause"]) == (state, try_number, cause), row
+        assert reason in row["failure_reason"], row
+    # The stuck task had retries=2 but is failed at once: requeueing was its retry.
+    assert live["stuck"]["try_number"] == 1
+
+    history = _ti_rows(scenario.url, "task_instance_history")
+    infra_tries = [r for r in history if r["task_id"] == "infra_fail"]
+    assert [(r["try_number"], r["failure_cause"]) for r in infra_tries] == [(1, "infra")]
+    assert "Worker node lost" in infra_tries[0]["failure_reason"]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_exactly_one_log_line_per_failure(scenario):
+    lines = _log_lines(scenario)
+    by_task: dict[str, list[dict]] = {}
+    for fields in lines:
+        by_task.setdefault(fields["task_id"], []).append(fields)
+    assert set(by_task) == set(EXPECTED)
+    for task_id, (_, try_number, cause, reason, source) in EXPECTED.items():
+        expected_tries = list(range(1, try_number + 1))
+        assert [int(f["try_number"]) for f in by_task[task_id]] == expected_tries, by_task[task_id]
+        for fields in by_task[task_id]:
+            assert fields["failure_cause"] == cause
+            assert fields["source"] == source
+            assert reason in fields["failure_reason"]
+    assert [f["retry"] for f in by_task["infra_fail"]] == ["up_for_retry", "failed"]
+    for task_id in ("legacy_fail", "mismatch", "stuck", "lost_heartbeat"):
+        assert by_task[task_id][0]["retry"] == "failed"
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_listeners_receive_the_cause(scenario):
+    aware = [r for r in scenario.listener_records if r["listener"] == "cause_aware"]
+    legacy = [r for r in scenario.listener_records if r["listener"] == "legacy"]
+    got = sorted((r["task_id"], r["failure_cause"]) for r in aware)
+    want = sorted(
+        (task_id, cause) for task_id, (_, tries, cause, _, _) in EXPECTED.items() for _ in range(tries)
+    )
+    assert got == want
+    # The listener written before AIP-97 (no failure_cause argument) is still called every time.
+    assert sorted(r["task_id"] for r in legacy) == sorted(t for t, _ in want)
+    stuck = next(r for r in aware if r["task_id"] == "stuck")
+    assert stuck["state"] == "failed" and "Stuck in queued" in stuck["failure_reason"]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_callback_context_carries_the_cause(scenario):
+    got = sorted((r["task_id"], r["failure_cause"]) for r in scenario.callback_records)
+    assert got == [("infra_fail", "infra"), ("infra_fail", "infra"), ("legacy_fail", "unknown")]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_statsd_metrics_carry_the_cause(scenario):
+    lines = scenario.statsd_lines
+
+    def count(prefix: str, *tags: str) -> int:
+        return sum(
+            int(re.search(r":(\d+)\|c", line).group(1))
+            for line in lines
+            if line.startswith(prefix) and all(t in line for t in tags)
+        )
+
+    # Legacy (plain StatsD) name, with the remaining tags in InfluxDB form.
+    assert count("airflow.ti.failure_cause.infra,", "task_id=infra_fail", f"dag_id={DAG_ID}") == 2
+    assert count("airflow.ti.failure_cause.infra,", "task_id=stuck") == 1
+    assert count("airflow.ti.failure_cause.unknown,", "task_id=lost_heartbeat") == 1
+    # Modern name with failure_cause as a tag.
+    assert count("airflow.ti.failure_cause,", "failure_cause=unknown", "task_id=legacy_fail") == 1
+    assert count("airflow.ti_failures,", "failure_cause=infra", "task_id=infra_fail") == 2
+    assert count("airflow.operator_failures", "failure_cause=unknown", "task_id=mismatch") >= 1
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_rest_api_exposes_cause_and_reason(scenario):
+    code = f"""
+import json
+from fastapi.testclient import TestClient
+from airflow.api_fastapi.app import create_app
+client = TestClient(create_app())
+base = "/api/v2/dags/{DAG_ID}/dagRuns/~/taskInstances"
+tis = client.get(base).json()["task_instances"]
+tries = client.get("/api/v2/dags/{DAG_ID}/dagRuns/~/taskInstances/infra_fail/tries")
+runs = client.get("/api/v2/dags/{DAG_ID}/dagRuns").json()["dag_runs"]
+run_id = runs[0]["dag_run_id"]
+tries = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{{run_id}}/taskInstances/infra_fail/tries").json()
+print(json.dumps({{"tis": tis, "tries": tries}}))
+"""
+    env = dict(scenario.env.env)
+    scenario.env.env.update(
+        {
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+        }
+    )
+    try:
+        out = scenario.env.run_python(code)
+    finally:
+        scenario.env.env = env
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    tis = {ti["task_id"]: ti for ti in data["tis"]}
+    for task_id, (_, _, cause, reason, _) in EXPECTED.items():
+        assert tis[task_id]["failure_cause"] == cause
+        assert reason in tis[task_id]["failure_reason"]
+    tries = {t["try_number"]: t for t in data["tries"]["task_instances"]}
+    assert tries[1]["failure_cause"] == "infra" and "Worker node lost" in tries[1]["failure_reason"]
+    assert tries[2]["failure_cause"] == "infra"

@@ -1,0 +1,102 @@
+"""
+Drive the real Execution API (InProcessExecutionAPI, real DB) with AIP-97 failure payloads.
+
+Run by test_execution_api_failure_fields.py with the stack's environment; prints one JSON document.
+The task instances of a finished ``aip97w_api`` run are put back to ``running`` first, so that the
+state transitions below are valid.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+
+import httpx
+from sqlalchemy import select, update
+
+from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
+from airflow.models.taskinstance import TaskInstance as TI
+from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
+from airflow.utils.session import create_session
+
+DAG = "aip97w_api"
+OLD, NEW = "2026-06-30", "2026-11-30"
+NOW = datetime.now(tz=timezone.utc).isoformat()
+
+
+def ti_row(task_id):
+    with create_session() as session:
+        ti = session.scalars(select(TI).where(TI.dag_id == DAG, TI.task_id == task_id)).one()
+        return {
+            "id": str(ti.id),
+            "state": ti.state,
+            "try_number": ti.try_number,
+            "failure_cause": ti.failure_cause,
+            "failure_reason": ti.failure_reason,
+        }
+
+
+def set_state(task_id, state):
+    with create_session() as session:
+        session.execute(update(TI).where(TI.dag_id == DAG, TI.task_id == task_id).values(state=state))
+
+
+client = httpx.Client(transport=InProcessExecutionAPI().transport, base_url="http://in-process.invalid./")
+
+
+def patch_state(task_id, body, version):
+    resp = client.patch(
+        f"task-instances/{ti_row(task_id)['id']}/state", json=body, headers={"Airflow-API-Version": version}
+    )
+    return {"status": resp.status_code, "body": resp.text[:2000]}
+
+
+out: dict = {}
+for task_id in ("api_a", "api_b", "api_c", "api_d"):
+    set_state(task_id, "running")
+
+# An old client (2026-06-30) knows nothing about failure_cause: its failure still lands.
+out["old_failed"] = patch_state("api_a", {"state": "failed", "end_date": NOW}, OLD)
+out["old_failed_ti"] = ti_row("api_a")
+out["new_invalid_cause"] = patch_state(
+    "api_b", {"state": "failed", "end_date": NOW, "failure_cause": "gremlins"}, NEW
+)
+out["new_cause_on_skipped"] = patch_state(
+    "api_b", {"state": "skipped", "end_date": NOW, "failure_cause": "infra"}, NEW
+)
+out["new_failed"] = patch_state(
+    "api_b",
+    {"state": "failed", "end_date": NOW, "failure_cause": "infra", "failure_reason": "x" * 1500},
+    NEW,
+)
+out["new_failed_ti"] = ti_row("api_b")
+out["old_retry"] = patch_state("api_d", {"state": "up_for_retry", "end_date": NOW}, OLD)
+out["old_retry_ti"] = ti_row("api_d")
+
+before_retry = ti_row("api_c")
+out["new_retry"] = patch_state(
+    "api_c",
+    {"state": "up_for_retry", "end_date": NOW, "failure_cause": "application", "failure_reason": "E: r"},
+    NEW,
+)
+out["new_retry_ti"] = ti_row("api_c")
+with create_session() as session:
+    tih = session.scalars(
+        select(TIH).where(
+            TIH.dag_id == DAG, TIH.task_id == "api_c", TIH.try_number == before_retry["try_number"]
+        )
+    ).one()
+    out["new_retry_tih"] = {"failure_cause": tih.failure_cause, "failure_reason": tih.failure_reason}
+
+# A new try starts clean.
+set_state("api_c", "queued")
+resp = client.patch(
+    f"task-instances/{ti_row('api_c')['id']}/run",
+    json={"state": "running", "hostname": "h", "unixname": "u", "pid": 1, "start_date": NOW},
+    headers={"Airflow-API-Version": NEW},
+)
+out["run"] = {"status": resp.status_code}
+out["run_ti"] = ti_row("api_c")
+
+json.dump(out, sys.stdout, default=str)

@@ -1,0 +1,70 @@
+"""
+The Execution API side of AIP-97 against the real app and database: the Cadwyn version
+2026-11-30 adds failure_cause/failure_reason to the failed and retry payloads; older clients keep
+working without them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+PROBE = Path(__file__).with_name("_execution_api_probe.py")
+
+
+@pytest.fixture(scope="module")
+def probe(stack):
+    stack.trigger("aip97w_api")
+    for task_id in ("api_a", "api_b", "api_c", "api_d"):
+        stack.wait_ti_state("aip97w_api", task_id, {"success"}, timeout=120)
+    result = stack.env.run_python(PROBE.read_text(), timeout=120)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_old_client_without_cause_still_fails_the_task(probe):
+    assert probe["old_failed"]["status"] == 204, probe["old_failed"]
+    ti = probe["old_failed_ti"]
+    assert ti["state"] == "failed"
+    # No evidence of the cause: recorded as unknown.
+    assert ti["failure_cause"] == "unknown"
+    assert ti["failure_reason"] is None
+    assert probe["old_retry"]["status"] == 204, probe["old_retry"]
+    assert probe["old_retry_ti"]["state"] == "up_for_retry"
+    assert probe["old_retry_ti"]["failure_cause"] == "unknown"
+
+
+def test_invalid_cause_is_rejected_with_the_allowed_values(probe):
+    resp = probe["new_invalid_cause"]
+    assert resp["status"] == 422
+    for value in ("infra", "timeout", "application", "unknown"):
+        assert value in resp["body"]
+
+
+def test_cause_only_with_failed_state(probe):
+    resp = probe["new_cause_on_skipped"]
+    assert resp["status"] == 422
+    assert "only be sent with state 'failed'" in resp["body"]
+
+
+def test_failed_with_cause_is_stored_and_reason_truncated(probe):
+    assert probe["new_failed"]["status"] == 204, probe["new_failed"]
+    ti = probe["new_failed_ti"]
+    assert ti["state"] == "failed"
+    assert ti["failure_cause"] == "infra"
+    assert len(ti["failure_reason"]) == 1000
+    assert ti["failure_reason"].endswith("…")
+
+
+def test_retry_keeps_cause_on_live_row_and_history_and_new_try_clears_it(probe):
+    assert probe["new_retry"]["status"] == 204, probe["new_retry"]
+    assert probe["new_retry_ti"]["state"] == "up_for_retry"
+    assert probe["new_retry_ti"]["failure_cause"] == "application"
+    assert probe["new_retry_tih"] == {"failure_cause": "application", "failure_reason": "E: r"}
+    assert probe["run"]["status"] == 200
+    assert probe["run_ti"]["state"] == "running"
+    assert probe["run_ti"]["failure_cause"] is None
+    assert probe["run_ti"]["failure_reason"] is None

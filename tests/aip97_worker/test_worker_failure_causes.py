@@ -1,0 +1,93 @@
+"""
+AIP-97 on the worker path, end to end: real scheduler, dag-processor, api-server, LocalExecutor and
+task processes (see conftest.py). Each test checks one failure path of the ``aip97w_causes`` Dag.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+DAG = "aip97w_causes"
+DONE = {"failed", "up_for_retry", "success"}
+
+
+def _no_state_mismatch(stack, task_id: str) -> None:
+    rows = stack.query(
+        "SELECT extra FROM log WHERE event = 'state mismatch' AND dag_id = %(d)s AND task_id = %(t)s",
+        d=DAG,
+        t=task_id,
+    )
+    assert rows == [], f"the scheduler's state-mismatch path had to catch {task_id}: {rows}"
+
+
+def _listener_calls(stack, task_id: str) -> list[dict]:
+    return [r for r in stack.jsonl("listener.jsonl") if (r["dag_id"], r["task_id"]) == (DAG, task_id)]
+
+
+def _callbacks(stack, task_id: str) -> list[dict]:
+    return [r for r in stack.jsonl("callbacks.jsonl") if (r["dag_id"], r["task_id"]) == (DAG, task_id)]
+
+
+def test_task_exception_is_application(stack):
+    ti = stack.wait_ti_state(DAG, "raises", DONE, timeout=90)
+    assert ti["state"] == "failed"
+    assert ti["failure_cause"] == "application"
+    assert ti["failure_reason"] == "ValueError: boom from task code"
+    # The worker-side listener got the cause, and so did the failure callback's context.
+    calls = _listener_calls(stack, "raises")
+    assert [c["failure_cause"] for c in calls] == ["application"], calls
+    callbacks = _callbacks(stack, "raises")
+    assert [(c["try_number"], c["has_key"], c["failure_cause"]) for c in callbacks] == [
+        (1, True, "application")
+    ]
+    _no_state_mismatch(stack, "raises")
+
+
+def test_execution_timeout_is_timeout(stack):
+    ti = stack.wait_ti_state(DAG, "times_out", DONE, timeout=90)
+    assert ti["state"] == "failed"
+    assert ti["failure_cause"] == "timeout"
+    assert ti["failure_reason"].startswith("AirflowTaskTimeout")
+    assert [c["failure_cause"] for c in _listener_calls(stack, "times_out")] == ["timeout"]
+    assert [c["failure_cause"] for c in _callbacks(stack, "times_out")] == ["timeout"]
+
+
+def test_task_process_sigkill_with_retries_goes_up_for_retry(stack):
+    """Before AIP-97 nothing reported this try and the executor reported SUCCESS (state mismatch)."""
+    ti = stack.wait_ti_state(DAG, "task_process_killed_retry", DONE, timeout=90)
+    assert ti["state"] == "up_for_retry"
+    assert ti["failure_cause"] == "unknown"
+    assert "SIGKILL" in ti["failure_reason"] and "OOM" in ti["failure_reason"]
+    # The archived try keeps the cause too.
+    history = stack.query(
+        "SELECT try_number, state, failure_cause, failure_reason FROM task_instance_history "
+        "WHERE dag_id = %(d)s AND task_id = 'task_process_killed_retry'",
+        d=DAG,
+    )
+    assert len(history) == 1 and history[0]["try_number"] == 1
+    assert history[0]["failure_cause"] == "unknown"
+    assert "SIGKILL" in history[0]["failure_reason"]
+    _no_state_mismatch(stack, "task_process_killed_retry")
+
+
+def test_task_process_sigkill_without_retries_fails(stack):
+    ti = stack.wait_ti_state(DAG, "task_process_killed", DONE, timeout=90)
+    assert ti["state"] == "failed"
+    assert ti["failure_cause"] == "unknown"
+    assert "SIGKILL" in ti["failure_reason"] and "OOM" in ti["failure_reason"]
+    _no_state_mismatch(stack, "task_process_killed")
+
+
+def test_supervisor_killed_is_infra_within_seconds(stack):
+    ti = stack.wait_ti_state(DAG, "supervisor_killed", DONE, timeout=90)
+    assert ti["state"] == "failed"
+    assert ti["failure_cause"] == "infra"
+    assert "worker process" in ti["failure_reason"] and "SIGKILL" in ti["failure_reason"]
+    # Detected by the LocalExecutor, not by the heartbeat timeout.
+    elapsed = (ti["end_date"] - ti["start_date"]).total_seconds()
+    assert stack.heartbeat_timeout >= 300
+    assert elapsed < stack.heartbeat_timeout / 10, elapsed
+    # The scheduler path calls the listener with the cause.
+    assert [c["failure_cause"] for c in _listener_calls(stack, "supervisor_killed")] == ["infra"]

@@ -1,0 +1,134 @@
+"""Dags for the asset.emit() end-to-end tests (copied into the test AIRFLOW_HOME's dags folder)."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import DAG, Asset, PartitionedAssetTimetable, task
+from airflow.sdk.definitions.asset.notifier import AssetEventNotifier
+from airflow.sdk.exceptions import AssetEmitError
+
+BATCHES = Asset("emit_test_batches")
+CB_SIGNAL = Asset("emit_test_callback_signal")
+OPS_SIGNAL = Asset("emit_test_ops_signal")
+API_TARGET = Asset("emit_test_api_target")
+PARSE_TARGET = Asset("emit_test_parse_target")
+
+# Emitting while the file is parsed must fail (and persist nothing); record what happened.
+try:
+    PARSE_TARGET.emit(extra={"at": "parse"})
+    _parse_outcome = {"raised": None}
+except AssetEmitError as err:
+    _parse_outcome = {"raised": type(err).__name__, "reason": err.reason, "message": str(err)}
+if out_dir := os.environ.get("EMIT_TEST_OUT"):
+    with open(os.path.join(out_dir, f"parse-{os.getpid()}.json"), "w") as fh:
+        json.dump(_parse_outcome, fh)
+
+
+with DAG("emit_test_seed", schedule=None):
+    # A run of this Dag gives the route tests a task instance to mint tokens for.
+    @task(inlets=[API_TARGET, CB_SIGNAL, PARSE_TARGET])
+    def seed():
+        return "ok"
+
+    seed()
+
+
+with DAG("emit_test_partial_failure", schedule=None):
+
+    @task(retries=0)
+    def ingest():
+        receipts = [BATCHES.emit(partition_key=f"batch-000{n}", extra={"n": n}) for n in (1, 2)]
+        print("RECEIPTS", [r.id for r in receipts])
+        raise RuntimeError("batch 3 is corrupt")
+
+    ingest()
+
+
+with DAG("emit_test_batch_consumer", schedule=PartitionedAssetTimetable(assets=BATCHES)):
+
+    @task
+    def consume(dag_run=None):
+        return dag_run.partition_key
+
+    consume()
+
+
+def _emit(kind):
+    def callback(context):
+        CB_SIGNAL.emit(idempotency_key=f"{context['run_id']}-{kind}", extra={"kind": kind})
+
+    callback.__name__ = f"emit_on_{kind}"
+    return callback
+
+
+with DAG(
+    "emit_test_callbacks",
+    schedule=None,
+    on_failure_callback=[
+        _emit("dag_failure"),
+        AssetEventNotifier(OPS_SIGNAL, extra={"failed_run": "{{ run_id }}"}, idempotency_key="{{ run_id }}-ops"),
+    ],
+):
+
+    @task(
+        on_execute_callback=_emit("execute_cb"),
+        on_success_callback=[
+            _emit("success"),
+            AssetEventNotifier(Asset.ref(name=CB_SIGNAL.name), idempotency_key="{{ run_id }}-task-notifier",
+                               extra={"kind": "task_notifier"}),
+        ],
+    )
+    def ok():
+        return "ok"
+
+    @task(
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        on_retry_callback=_emit("retry"),
+        on_failure_callback=_emit("failure"),
+    )
+    def flaky():
+        raise RuntimeError("always fails")
+
+    ok() >> flaky()
+
+
+with DAG("emit_test_cleanup", schedule=OPS_SIGNAL):
+
+    @task
+    def cleanup(triggering_asset_events=None):
+        return "cleaned"
+
+    cleanup()
+
+
+with DAG("emit_test_sdk_errors", schedule=None):
+
+    @task
+    def bad_inputs():
+        """Each bad call must raise AssetEmitError; returns the reasons, and one good async emit."""
+        import asyncio
+
+        attempts = {
+            "unknown": lambda: Asset("emit_test_never_declared").emit(),
+            "naive_date": lambda: API_TARGET.emit(partition_key="k", partition_date=datetime(2026, 1, 1)),
+            "date_without_key": lambda: API_TARGET.emit(partition_date=datetime(2026, 1, 1, tzinfo=timezone.utc)),
+            "non_json": lambda: API_TARGET.emit(extra={"obj": object()}),
+            "long_key": lambda: API_TARGET.emit(partition_key="k" * 251),
+            "too_large": lambda: API_TARGET.emit(extra={"blob": "x" * 5000}),
+        }
+        reasons = {}
+        for name, call in attempts.items():
+            try:
+                call()
+                reasons[name] = "no error"
+            except AssetEmitError as err:
+                reasons[name] = err.reason
+        receipt = asyncio.run(Asset.ref(uri=API_TARGET.uri).aemit(idempotency_key="sdk-async", extra={"a": 1}))
+        reasons["async_receipt"] = {"id": receipt.id, "deduplicated": receipt.deduplicated}
+        return reasons
+
+    bad_inputs()

@@ -1,0 +1,76 @@
+"""
+The asset.emit() demo Dags (examples/dags/asset_emit_*.py) run end to end; prints a summary.
+
+Run with ``-s`` to see the receipts and the consumer runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import DEMO_DAGS, wait_for
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(150),
+    pytest.mark.skipif(not DEMO_DAGS, reason="examples/dags/asset_emit_*.py not found"),
+]
+
+
+def _runs(stack, dag_id: str) -> list[dict]:
+    return stack.rest("GET", f"/dags/{dag_id}/dagRuns", params={"limit": 100}).json()["dag_runs"]
+
+
+def test_demo_ingestion_resumes_and_consumers_run_per_batch(stack):
+    run_id = stack.trigger("asset_emit_ingestion")
+    assert stack.wait_run_finished("asset_emit_ingestion", run_id, timeout=90) == "success"
+
+    events = [e for e in stack.events("demo_batch_ready") if e["source_run_id"] == run_id]
+    keys = [f"batch-{n:04d}" for n in range(1, 6)]
+    assert [e["partition_key"] for e in events] == keys  # each batch exactly once, in order
+
+    ti = stack.rest("GET", f"/dags/asset_emit_ingestion/dagRuns/{run_id}/taskInstances/ingest").json()
+    assert ti["try_number"] == 2
+    result = stack.rest(
+        "GET", f"/dags/asset_emit_ingestion/dagRuns/{run_id}/taskInstances/ingest/xcomEntries/return_value"
+    ).json()["value"]
+    assert result["resumed_after"] == 3
+    assert [r["key"] for r in result["receipts"]] == keys[3:]
+
+    def consumer_runs():
+        runs = [r for r in _runs(stack, "asset_emit_batch_consumer") if r["state"] == "success"]
+        return runs if {r["partition_key"] for r in runs} >= set(keys) else None
+
+    runs = wait_for(consumer_runs, 60, "a consumer run per batch")
+    print("\n=== asset.emit() demo: ingestion ===")
+    print(f"ingestion run {run_id}: try {ti['try_number']}, resumed after batch {result['resumed_after']}")
+    for event in events:
+        print(f"  event {event['id']:>3} {event['partition_key']} extra={event['extra']}"
+              f" source={event['source_dag_id']}.{event['source_task_id']}")
+    for receipt in result["receipts"]:
+        print(f"  receipt (retry) {receipt}")
+    for run in sorted(runs, key=lambda r: r["partition_key"]):
+        print(f"  consumer run {run['dag_run_id']} partition_key={run['partition_key']} state={run['state']}")
+
+
+def test_demo_failure_signal_starts_cleanup(stack):
+    run_id = stack.trigger("asset_emit_nightly_export")
+    assert stack.wait_run_finished("asset_emit_nightly_export", run_id) == "failed"
+
+    [signal] = wait_for(
+        lambda: [e for e in stack.events("demo_cleanup_needed") if e["source_run_id"] == run_id],
+        60,
+        "the failure callback's signal",
+    )
+    assert signal["extra"] == {"failed_dag": "asset_emit_nightly_export", "failed_run": run_id}
+    assert signal["source_task_id"] is None
+
+    cleanup = wait_for(
+        lambda: [r for r in _runs(stack, "asset_emit_cleanup") if r["state"] == "success"],
+        60,
+        "the cleanup run",
+    )
+    print("\n=== asset.emit() demo: failure signal ===")
+    print(f"  signal event {signal['id']} extra={signal['extra']} source run={signal['source_run_id']}")
+    for run in cleanup:
+        print(f"  cleanup run {run['dag_run_id']} ({run['run_type']}) state={run['state']}")

@@ -1,0 +1,62 @@
+"""Migration 0124 (asset_event_idempotency_key): downgrade removes the table, upgrade restores it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import AIRFLOW, PG_ADMIN_URL, TEST_ENV, _psql
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+REVISION = "7c3a9e5b1f42"
+PREVIOUS = "d2f4e1b3c5a7"
+
+
+def _tables(url: str) -> set[str]:
+    import psycopg2
+
+    conn = psycopg2.connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("select tablename from pg_tables where schemaname = 'public'")
+            tables = {row[0] for row in cur.fetchall()}
+            cur.execute("select version_num from alembic_version")
+            tables.add("@" + cur.fetchone()[0])
+            return tables
+    finally:
+        conn.close()
+
+
+def test_migration_downgrade_and_upgrade():
+    name = f"t_emit_mig_{uuid.uuid4().hex[:8]}"
+    url = f"postgresql+psycopg2://postgres:postgres@127.0.0.1:5432/{name}"
+    raw = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    env = {**os.environ, **TEST_ENV, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url}
+    _psql(f'CREATE DATABASE "{name}"')
+    try:
+        run = lambda *a: subprocess.run([AIRFLOW, "db", *a], env=env, check=True, capture_output=True, timeout=200)  # noqa: E731
+        run("migrate")
+        assert {"asset_event_idempotency_key", f"@{REVISION}"} <= _tables(raw)
+        run("downgrade", "-r", PREVIOUS, "-y")
+        after_down = _tables(raw)
+        assert "asset_event_idempotency_key" not in after_down and f"@{PREVIOUS}" in after_down
+        run("migrate")
+        assert {"asset_event_idempotency_key", f"@{REVISION}"} <= _tables(raw)
+        import psycopg2
+
+        conn = psycopg2.connect(raw)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "select pg_get_constraintdef(oid) from pg_constraint "
+                    "where conname = 'asset_event_idempotency_key_pkey'"
+                )
+                assert cur.fetchone()[0] == "PRIMARY KEY (asset_id, idempotency_key)"
+        finally:
+            conn.close()
+    finally:
+        _psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -1,0 +1,131 @@
+"""
+AIP-97 failure causes reported by the CeleryExecutor, in process, against a real Redis.
+
+The end-to-end path (a real worker whose pool child is SIGKILLed) is in test_celery_e2e.py.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from _helpers import core_supports_failure_cause, event_failure
+
+REDIS_DB = 13  # this test module's own Redis database
+REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
+os.environ["AIRFLOW__CELERY__BROKER_URL"] = REDIS_URL
+os.environ["AIRFLOW__CELERY__RESULT_BACKEND"] = REDIS_URL
+os.environ["AIRFLOW__CELERY__TASK_PUBLISH_MAX_RETRIES"] = "0"
+
+from billiard.exceptions import WorkerLostError  # noqa: E402
+from celery.result import AsyncResult  # noqa: E402
+
+from airflow.models.taskinstancekey import TaskInstanceKey  # noqa: E402
+from airflow.providers.celery.executors import celery_executor_utils  # noqa: E402
+from airflow.providers.celery.executors.celery_executor import CeleryExecutor  # noqa: E402
+from airflow.utils.state import TaskInstanceState  # noqa: E402
+
+KEY = TaskInstanceKey(dag_id="aip97_celery", task_id="crunch", run_id="manual__1", try_number=1, map_index=-1)
+LOST = "Worker exited prematurely: signal 9 (SIGKILL) Job: 0."
+
+
+@pytest.fixture
+def redis_db():
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB)
+    client.ping()
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
+def store_failure(executor: CeleryExecutor, exc: BaseException) -> str:
+    """Store a FAILURE result the way a Celery worker does, and start tracking it."""
+    task_id = str(uuid.uuid4())
+    executor.celery_app.backend.mark_as_failure(task_id, exc)
+    executor.workloads[KEY] = AsyncResult(task_id, app=executor.celery_app)
+    executor.running.add(KEY)
+    return task_id
+
+
+def test_worker_lost_is_infra(redis_db):
+    executor = CeleryExecutor()
+    store_failure(executor, WorkerLostError(LOST))
+
+    executor.sync()  # BulkStateFetcher reads the result from Redis (key-value backend path)
+
+    state, info = executor.event_buffer[KEY]
+    assert state == TaskInstanceState.FAILED
+    assert str(info) == LOST  # the Celery result's exception, read back from Redis
+    raw = getattr(info, "info", info)  # the patched core wraps it with the cause
+    assert type(raw).__name__ == "WorkerLostError"
+    cause, reason = event_failure(state, info)
+    if core_supports_failure_cause():
+        assert cause == "infra"
+        assert reason == f"Celery worker child process lost: {LOST}"
+        assert "SIGKILL" in reason
+    else:
+        assert cause is None
+    assert KEY not in executor.running and KEY not in executor.workloads
+
+
+def test_other_failure_has_no_cause(redis_db):
+    """Task errors are reported by the task itself; the executor adds no cause to them."""
+    executor = CeleryExecutor()
+    store_failure(executor, RuntimeError("boom"))
+
+    executor.sync()
+
+    state, info = executor.event_buffer[KEY]
+    assert state == TaskInstanceState.FAILED
+    cause, reason = event_failure(state, info)
+    assert reason == "boom"
+    assert cause == ("unknown" if core_supports_failure_cause() else None)
+
+
+def execute_task_workload():
+    from airflow.executors.workloads import ExecuteTask
+
+    return ExecuteTask.model_validate(
+        {
+            "token": "not-a-token",
+            "dag_rel_path": "aip97.py",
+            "bundle_info": {"name": "dags-folder", "version": None},
+            "log_path": None,
+            "ti": {
+                "id": str(uuid.uuid4()),
+                "dag_id": KEY.dag_id,
+                "task_id": KEY.task_id,
+                "run_id": KEY.run_id,
+                "try_number": KEY.try_number,
+                "map_index": KEY.map_index,
+                "dag_version_id": str(uuid.uuid4()),
+                "pool_slots": 1,
+                "priority_weight": 1,
+                "queue": "default",
+            },
+        }
+    )
+
+
+def test_publish_failure_is_infra(monkeypatch):
+    # Port 9 (discard) is closed on loopback: publishing fails with a broker connection error.
+    monkeypatch.setenv("AIRFLOW__CELERY__BROKER_URL", "redis://127.0.0.1:9/0")
+    celery_executor_utils._get_celery_app_for_workload.cache_clear()
+    try:
+        executor = CeleryExecutor()
+        executor._send_workloads([(KEY, execute_task_workload(), "default", None)])
+    finally:
+        celery_executor_utils._get_celery_app_for_workload.cache_clear()
+
+    state, info = executor.event_buffer[KEY]
+    assert state == TaskInstanceState.FAILED
+    cause, reason = event_failure(state, info)
+    if core_supports_failure_cause():
+        assert cause == "infra"
+        assert reason.startswith("Failed to send the workload to the Celery broker: OperationalError: ")
+        assert "127.0.0.1:9" in reason
+    else:
+        assert info is None  # exactly the event the unpatched provider wrote
