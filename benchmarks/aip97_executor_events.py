@@ -83,20 +83,34 @@ def _worker(scenario: str, events: int) -> dict:
                 session=session,
             )
         session.flush()
-        ti_state = TaskInstanceState.FAILED if scenario == "reported" else TaskInstanceState.QUEUED
+        ti_state = (
+            TaskInstanceState.FAILED
+            if scenario == "reported"
+            else TaskInstanceState.QUEUED
+        )
         session.execute(
             update(TaskInstance)
             .where(TaskInstance.dag_id == DAG_ID)
             .values(state=ti_state, try_number=1, max_tries=0, queued_by_job_id=job_id)
         )
         session.commit()
-        keys = [ti.key for ti in session.scalars(select(TaskInstance).where(TaskInstance.dag_id == DAG_ID))]
+        keys = [
+            ti.key
+            for ti in session.scalars(
+                select(TaskInstance).where(TaskInstance.dag_id == DAG_ID)
+            )
+        ]
 
     executor = BaseExecutor()
     with_cause = getattr(executor, "supports_failure_cause", False)
     for key in keys:
         if with_cause:
-            executor.fail(key, "worker lost", failure_cause="infra", failure_reason="Worker node lost")
+            executor.fail(
+                key,
+                "worker lost",
+                failure_cause="infra",
+                failure_reason="Worker node lost",
+            )
         else:
             executor.fail(key, "worker lost")
 
@@ -113,7 +127,10 @@ def _worker(scenario: str, events: int) -> dict:
         failed = session.scalar(
             select(func.count())
             .select_from(TaskInstance)
-            .where(TaskInstance.dag_id == DAG_ID, TaskInstance.state == TaskInstanceState.FAILED)
+            .where(
+                TaskInstance.dag_id == DAG_ID,
+                TaskInstance.state == TaskInstanceState.FAILED,
+            )
         )
     return {
         "events": len(keys),
@@ -141,9 +158,18 @@ def _run_once(venv: Path, scenario: str, events: int) -> dict:
         )
         airflow = str(venv / "bin" / "airflow")
         for cmd in (["db", "migrate"], ["dags", "reserialize"]):
-            subprocess.run([airflow, *cmd], env=env, check=True, capture_output=True, cwd=home)
+            subprocess.run(
+                [airflow, *cmd], env=env, check=True, capture_output=True, cwd=home
+            )
         out = subprocess.run(
-            [str(venv / "bin" / "python"), __file__, "--worker", scenario, "--events", str(events)],
+            [
+                str(venv / "bin" / "python"),
+                __file__,
+                "--worker",
+                scenario,
+                "--events",
+                str(events),
+            ],
             env=env,
             check=True,
             stdout=subprocess.PIPE,
@@ -155,13 +181,26 @@ def _run_once(venv: Path, scenario: str, events: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--patched", type=Path, default=Path(sys.prefix), help="venv with the patched wheels")
-    parser.add_argument("--unpatched", type=Path, default=None, help="venv with unpatched Airflow 3.3.2")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--patched",
+        type=Path,
+        default=Path(sys.prefix),
+        help="venv with the patched wheels",
+    )
+    parser.add_argument(
+        "--unpatched", type=Path, default=None, help="venv with unpatched Airflow 3.3.2"
+    )
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--scenario", choices=["reported", "mismatch", "both"], default="both")
-    parser.add_argument("--worker", choices=["reported", "mismatch"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--scenario", choices=["reported", "mismatch", "both"], default="both"
+    )
+    parser.add_argument(
+        "--worker", choices=["reported", "mismatch"], help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
 
     if args.worker:
@@ -176,7 +215,9 @@ def main() -> int:
         unpatched = harness.unpatched_venv()
 
     scenarios = ["reported", "mismatch"] if args.scenario == "both" else [args.scenario]
-    print(f"process_executor_events, {args.events} failed events, median of {args.repeat} (SQLite)")
+    print(
+        f"process_executor_events, {args.events} failed events, median of {args.repeat} (SQLite)"
+    )
     print(f"{'scenario':<10} {'unpatched 3.3.2':>16} {'patched':>10} {'ratio':>7}")
     worst = 0.0
     for scenario in scenarios:
@@ -187,10 +228,17 @@ def main() -> int:
                 result = _run_once(venv, scenario, args.events)
                 # Every event consumed, every task instance failed.
                 assert result["left"] == 0, result
-                assert result["failed"] == result["events"] == args.events // N_TASKS * N_TASKS, result
+                assert (
+                    result["failed"]
+                    == result["events"]
+                    == args.events // N_TASKS * N_TASKS
+                ), result
                 assert result["with_cause"] == (name == "patched"), result
                 times[name].append(result["seconds"])
-        base, new = statistics.median(times["unpatched"]), statistics.median(times["patched"])
+        base, new = (
+            statistics.median(times["unpatched"]),
+            statistics.median(times["patched"]),
+        )
         ratio = new / base
         worst = max(worst, ratio)
         print(f"{scenario:<10} {base:>15.3f}s {new:>9.3f}s {ratio:>7.3f}")

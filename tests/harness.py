@@ -38,7 +38,11 @@ def _pg_admin_execute(sql: str) -> None:
     import psycopg2
 
     conn = psycopg2.connect(
-        host="127.0.0.1", port=5432, user="postgres", password="postgres", dbname="postgres"
+        host="127.0.0.1",
+        port=5432,
+        user="postgres",
+        password="postgres",
+        dbname="postgres",
     )
     try:
         conn.autocommit = True
@@ -78,7 +82,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 0.5, what: str = "") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    *,
+    timeout: float,
+    interval: float = 0.5,
+    what: str = "",
+) -> Any:
     """Poll ``predicate`` until it returns a truthy value (returned) or raise TimeoutError."""
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None
@@ -91,7 +101,9 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 
         if value:
             return value
         time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what or predicate}") from last_exc
+    raise TimeoutError(
+        f"timed out after {timeout}s waiting for {what or predicate}"
+    ) from last_exc
 
 
 class AirflowEnv:
@@ -138,7 +150,9 @@ class AirflowEnv:
     def python(self) -> str:
         return str(self.venv / "bin" / "python")
 
-    def airflow(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    def airflow(
+        self, *args: str, timeout: float = 300, check: bool = True
+    ) -> subprocess.CompletedProcess:
         """Run one ``airflow`` CLI command to completion."""
         proc = subprocess.run(
             [str(self.venv / "bin" / "airflow"), *args],
@@ -255,7 +269,9 @@ def unpatched_venv(path: str | Path | None = None) -> Path:
     """
     import fcntl
 
-    venv = Path(path or os.environ.get("AIRFLOW_UNPATCHED_VENV", "/work/venvs/unpatched"))
+    venv = Path(
+        path or os.environ.get("AIRFLOW_UNPATCHED_VENV", "/work/venvs/unpatched")
+    )
 
     def works() -> bool:
         if not (venv / "bin" / "airflow").exists():

@@ -3,8 +3,11 @@
 - ``task-sdk/src/airflow/sdk/api/datamodels/_generated.py``: upstream's
   ``task-sdk/dev/generate_task_sdk_models.py`` (datamodel-codegen 0.77.0 against the patched
   Execution API's OpenAPI document).
+  then ``ruff format``, as upstream's prek hooks do.
 - ``.../core_api/openapi/v2-rest-api-generated.yaml``: ``dev/generate_rest_api_spec.py``, the same
   procedure as upstream's in-container generator.
+- ``task-sdk/.../execution_time/schema/schema.json``: ``dev/dump_supervisor_schemas.py``, the same
+  document as upstream's ``generate-supervisor-schemas-snapshot`` hook.
 
 Both import Airflow, so they run in a venv holding wheels built from the same series. The tree
 lacks two repository files the SDK generator reads (the root ruff/black settings and the license
@@ -28,6 +31,8 @@ from pstool.paths import BUILD_DIR, ROOT, tree_dir, venv_dir
 
 SDK_MODELS = "task-sdk/src/airflow/sdk/api/datamodels/_generated.py"
 REST_SPEC = "airflow-core/src/airflow/api_fastapi/core_api/openapi/v2-rest-api-generated.yaml"
+SUPERVISOR_SCHEMA = "task-sdk/src/airflow/sdk/execution_time/schema/schema.json"
+GENERATED = (SDK_MODELS, REST_SPEC, SUPERVISOR_SCHEMA)
 GENERATOR_ROOT = ROOT / "dev" / "generator-root"
 CACHE = BUILD_DIR / "generated-check.json"
 
@@ -45,11 +50,12 @@ def _installed_patch_ids(venv: Path) -> list[str]:
     return json.loads(proc.stdout)
 
 
-def _run(cmd: list[str], cwd: Path, venv: Path, home: Path) -> None:
+def _run(cmd: list[str], cwd: Path, venv: Path, home: Path) -> str:
     env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "AIRFLOW_HOME": str(home)}
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise PatchsetError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout
 
 
 def run_generators(tree: Path, venv: Path) -> None:
@@ -65,7 +71,10 @@ def run_generators(tree: Path, venv: Path) -> None:
     try:
         py = str(venv / "bin" / "python")
         _run([py, "dev/generate_task_sdk_models.py"], tree / "task-sdk", venv, home)
+        _run([str(venv / "bin" / "ruff"), "format", "--quiet", SDK_MODELS], tree, venv, home)
         _run([py, str(ROOT / "dev" / "generate_rest_api_spec.py"), str(tree)], home, venv, home)
+        schema = _run([py, str(ROOT / "dev" / "dump_supervisor_schemas.py")], home, venv, home)
+        (tree / SUPERVISOR_SCHEMA).write_text(schema)
     finally:
         for target in placed:
             shutil.rmtree(target) if target.is_dir() else target.unlink()
@@ -74,7 +83,7 @@ def run_generators(tree: Path, venv: Path) -> None:
 
 def check_generated(tree: Path, touched: list[str]) -> list[str]:
     """Fail unless every generated file the series touches is what the generator produces."""
-    unknown = [p for p in touched if p not in (SDK_MODELS, REST_SPEC)]
+    unknown = [p for p in touched if p not in GENERATED]
     if unknown:
         raise PatchsetError(f"no generator is known for {', '.join(unknown)}")
     venv = venv_dir()
@@ -88,9 +97,9 @@ def check_generated(tree: Path, touched: list[str]) -> list[str]:
             "(the generators import the patched Airflow)"
         )
     run_generators(tree, venv)
-    dirty = out(tree, "status", "--porcelain", "--", SDK_MODELS, REST_SPEC)
+    dirty = out(tree, "status", "--porcelain", "--", *GENERATED)
     if dirty:
-        diff = out(tree, "diff", "--stat", "--", SDK_MODELS, REST_SPEC)
+        diff = out(tree, "diff", "--stat", "--", *GENERATED)
         raise PatchsetError(f"generated files differ from what the generators produce:\n{diff}")
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     CACHE.write_text(json.dumps({"key": key}))
@@ -101,4 +110,4 @@ def regenerate(tree: Path | None = None) -> None:
     """Re-run the generators in ``tree`` against the venv (install the tree's wheels first)."""
     tree = tree or tree_dir()
     run_generators(tree, venv_dir())
-    print(out(tree, "status", "--short", "--", SDK_MODELS, REST_SPEC) or "generated files unchanged")
+    print(out(tree, "status", "--short", "--", *GENERATED) or "generated files unchanged")

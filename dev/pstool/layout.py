@@ -74,5 +74,6 @@ def is_generated(path: str) -> bool:
         "/ui/dist/" in path
         or path.endswith("-generated.yaml")
         or path.endswith("sdk/api/datamodels/_generated.py")
+        or path.endswith("sdk/execution_time/schema/schema.json")
         or path.endswith("airflow/git_version")
     )

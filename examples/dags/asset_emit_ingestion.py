@@ -37,7 +37,9 @@ def asset_emit_ingestion():
             rows = 1000 * n  # ... the batch would be loaded and committed here ...
             receipt = BATCH_READY.emit(partition_key=key, extra={"rows": rows}, idempotency_key=key)
             store.set("last_committed_batch", n)
-            print(f"RECEIPT {key}: event {receipt.id} at {receipt.timestamp} deduplicated={receipt.deduplicated}")
+            print(
+                f"RECEIPT {key}: event {receipt.id} at {receipt.timestamp} deduplicated={receipt.deduplicated}"
+            )
             receipts.append({"key": key, "event_id": receipt.id, "deduplicated": receipt.deduplicated})
         return {"resumed_after": resume_after, "receipts": receipts}
 

@@ -387,3 +387,53 @@ def test_concurrent_deciders_grant_a_failure_once(infra_config):
         with _session() as session:
             ti = _ti(session, run_id, "r0")
             assert (ti.infra_retry_count, ti.max_tries) == (1, 1)
+
+
+def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_config):
+    """
+    Regression: the scheduler decides, then sends the retry callback, then records the failure.
+
+    The database callback sink commits and closes the scheduler's scoped session, detaching the
+    task instances of the batch still being processed. Every grant in the batch must still be
+    claimed once and saved (max_tries, infra_retry_count, delay), like process_executor_events does.
+    """
+    from sqlalchemy import select
+    from sqlalchemy.orm import joinedload
+
+    from airflow import settings
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.taskinstance_failure import decide_retry
+    from airflow.utils.session import create_session
+    from airflow.utils.sqlalchemy import with_row_locks
+
+    infra_config(max_infra_retries=3, delay=2)
+    task_ids = ["r0", "r2", "opt_in_2"]
+    with _session() as session:
+        run_id = _new_run(session)
+        for task_id in task_ids:
+            _start_try(session, _ti(session, run_id, task_id), attach_task=False)
+
+    session = settings.Session()
+    try:
+        dag = _dag(session)
+        query = (
+            select(TI).where(TI.run_id == run_id, TI.task_id.in_(task_ids)).options(joinedload(TI.dag_run))
+        )
+        for ti in session.scalars(with_row_locks(query, of=TI, session=session, skip_locked=True)):
+            ti.task = dag.get_task(ti.task_id)
+            decision = decide_retry(ti, failure_cause=INFRA)
+            assert decision.infra_retry.granted
+            with create_session():  # what DatabaseCallbackSink.send does with the scoped session
+                pass
+            ti.handle_failure(error="lost", session=session, failure_cause=INFRA, retry_decision=decision)
+    finally:
+        settings.Session.remove()
+
+    with _session() as session:
+        got = {t: _ti(session, run_id, t) for t in task_ids}
+        assert {t: (ti.state, ti.max_tries, ti.infra_retry_count) for t, ti in got.items()} == {
+            "r0": ("up_for_retry", 1, 1),
+            "r2": ("up_for_retry", 3, 1),
+            "opt_in_2": ("up_for_retry", 1, 1),
+        }
+        assert all(ti.retry_delay_override == 2 for ti in got.values())

@@ -24,8 +24,12 @@ FIXTURES = HERE / "fixtures"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "e2e: end-to-end test with real Airflow processes (slow)")
-    config.addinivalue_line("markers", "postgres: needs the PostgreSQL server from .ci/services.sh")
+    config.addinivalue_line(
+        "markers", "e2e: end-to-end test with real Airflow processes (slow)"
+    )
+    config.addinivalue_line(
+        "markers", "postgres: needs the PostgreSQL server from .ci/services.sh"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -42,4 +46,6 @@ def unpatched_venv() -> Path:
 @pytest.fixture(scope="session")
 def require_postgres() -> None:
     if not harness.pg_available():
-        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
+        pytest.fail(
+            "PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh"
+        )

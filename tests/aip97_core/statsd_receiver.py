@@ -25,7 +25,9 @@ class StatsdReceiver:
                 continue
             except OSError:
                 return
-            self.lines.extend(line for line in data.decode(errors="replace").splitlines() if line)
+            self.lines.extend(
+                line for line in data.decode(errors="replace").splitlines() if line
+            )
 
     def __enter__(self) -> Self:
         self._thread.start()

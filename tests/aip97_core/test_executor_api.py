@@ -45,7 +45,12 @@ def test_supports_failure_cause_is_advertised():
 def test_fail_with_cause_keeps_a_two_tuple_and_the_original_info():
     executor = BaseExecutor()
     executor.running.add(KEY)
-    executor.fail(KEY, "pod-123", failure_cause="infra", failure_reason="Pod evicted: node drained")
+    executor.fail(
+        KEY,
+        "pod-123",
+        failure_cause="infra",
+        failure_reason="Pod evicted: node drained",
+    )
     assert KEY not in executor.running
     value = executor.event_buffer[KEY]
     assert isinstance(value, tuple) and len(value) == 2
@@ -58,7 +63,9 @@ def test_fail_with_cause_keeps_a_two_tuple_and_the_original_info():
 
 def test_change_state_accepts_the_cause():
     executor = BaseExecutor()
-    executor.change_state(KEY, TaskInstanceState.FAILED, None, failure_cause=TaskFailureCause.TIMEOUT)
+    executor.change_state(
+        KEY, TaskInstanceState.FAILED, None, failure_cause=TaskFailureCause.TIMEOUT
+    )
     _, info, details = _details(executor)
     assert details.failure_cause is TaskFailureCause.TIMEOUT
     assert str(info) == "timeout"
@@ -69,11 +76,14 @@ def test_change_state_accepts_the_cause():
     [
         pytest.param(lambda ex: ex.fail(KEY, "worker lost"), id="fail(key, info)"),
         pytest.param(
-            lambda ex: ex.event_buffer.__setitem__(KEY, (TaskInstanceState.FAILED, "worker lost")),
+            lambda ex: ex.event_buffer.__setitem__(
+                KEY, (TaskInstanceState.FAILED, "worker lost")
+            ),
             id="event_buffer[key] = (FAILED, info)",
         ),
         pytest.param(
-            lambda ex: ex.change_state(KEY, TaskInstanceState.FAILED, "worker lost"), id="change_state"
+            lambda ex: ex.change_state(KEY, TaskInstanceState.FAILED, "worker lost"),
+            id="change_state",
         ),
     ],
 )
@@ -88,7 +98,9 @@ def test_executors_without_a_cause_report_unknown(report):
 
 def test_old_signature_override_keeps_working_with_a_cause():
     executor = OldStyleOverride()
-    executor.fail(KEY, None, failure_cause="infra", failure_reason="spot instance reclaimed")
+    executor.fail(
+        KEY, None, failure_cause="infra", failure_reason="spot instance reclaimed"
+    )
     _, _, details = _details(executor)
     assert details.failure_cause is TaskFailureCause.INFRA
     assert details.failure_reason == "spot instance reclaimed"
@@ -109,7 +121,9 @@ def test_reason_is_bounded_and_reason_alone_means_unknown():
 
 def test_non_failed_events_are_not_wrapped():
     executor = BaseExecutor()
-    executor.change_state(KEY, TaskInstanceState.QUEUED, "external-id-1", failure_cause="infra")
+    executor.change_state(
+        KEY, TaskInstanceState.QUEUED, "external-id-1", failure_cause="infra"
+    )
     executor.success(TaskInstanceKey("dag", "other", "run", 1, -1), "done")
     buffer = executor.get_event_buffer()
     assert buffer[KEY] == (TaskInstanceState.QUEUED, "external-id-1")

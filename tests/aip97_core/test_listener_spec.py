@@ -30,7 +30,9 @@ class CauseAwareListener:
         self.calls: list[tuple] = []
 
     @hookimpl
-    def on_task_instance_failed(self, previous_state, task_instance, error, failure_cause):
+    def on_task_instance_failed(
+        self, previous_state, task_instance, error, failure_cause
+    ):
         self.calls.append((task_instance.task_id, failure_cause))
 
 
@@ -54,14 +56,25 @@ def test_old_and_new_listeners_are_both_called(manager):
             failure_cause=TaskFailureCause.TIMEOUT,
         )
         manager.hook.on_task_instance_failed(
-            previous_state=None, task_instance=ti, error="marked failed", failure_cause=None
+            previous_state=None,
+            task_instance=ti,
+            error="marked failed",
+            failure_cause=None,
         )
     finally:
         manager.clear()
-    assert old.calls == [(TaskInstanceState.RUNNING, "t1", "boom"), (None, "t1", "marked failed")]
+    assert old.calls == [
+        (TaskInstanceState.RUNNING, "t1", "boom"),
+        (None, "t1", "marked failed"),
+    ]
     assert new.calls == [("t1", TaskFailureCause.TIMEOUT), ("t1", None)]
 
 
 def test_hookspec_declares_failure_cause(manager):
     spec = manager.hook.on_task_instance_failed.spec
-    assert spec.argnames == ("previous_state", "task_instance", "error", "failure_cause")
+    assert spec.argnames == (
+        "previous_state",
+        "task_instance",
+        "error",
+        "failure_cause",
+    )

@@ -15,11 +15,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
-import pytest
-from statsd_receiver import StatsdReceiver
-
 import harness
+import pytest
 from conftest import FIXTURES
+from statsd_receiver import StatsdReceiver
 
 CAUSES = ("infra", "timeout", "application", "unknown")
 SCRIPT = str(FIXTURES / "emit_failure_metrics.py")
@@ -41,7 +40,12 @@ def _run(tmp_path, extra_env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 def _wait_lines(receiver: StatsdReceiver, n: int) -> list[str]:
-    harness.wait_for(lambda: len(receiver.lines) >= n, timeout=5, interval=0.05, what="statsd packets")
+    harness.wait_for(
+        lambda: len(receiver.lines) >= n,
+        timeout=5,
+        interval=0.05,
+        what="statsd packets",
+    )
     return list(receiver.lines)
 
 
@@ -88,7 +92,8 @@ def test_statsd_with_influxdb_tags(tmp_path):
         assert f"airflow.ti.failure_cause,{tags},failure_cause={cause}:1|c" in lines
         assert f"airflow.ti_failures,{tags},failure_cause={cause}:1|c" in lines
         assert any(
-            line.startswith("airflow.operator_failures,") and f"failure_cause={cause}" in line
+            line.startswith("airflow.operator_failures,")
+            and f"failure_cause={cause}" in line
             for line in lines
         )
 
@@ -142,6 +147,8 @@ def test_opentelemetry(tmp_path):
     for cause in CAUSES:
         assert f"airflow.ti.failure_cause.{cause}" in points
     # The console exporter prints cumulative points at every interval: compare the sets.
-    assert {a["failure_cause"] for a in points["airflow.ti.failure_cause"]} == set(CAUSES)
+    assert {a["failure_cause"] for a in points["airflow.ti.failure_cause"]} == set(
+        CAUSES
+    )
     assert {a["failure_cause"] for a in points["airflow.ti_failures"]} == set(CAUSES)
     assert all(a["dag_id"] == "aip97_dag" for a in points["airflow.ti.failure_cause"])

@@ -12,16 +12,24 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import harness
 import pytest
 import sqlalchemy as sa
-
-import harness
 from conftest import FIXTURES
 
 REVISION = "5c1e97a4f0b3"
 DOWN_REVISION = "d2f4e1b3c5a7"
 TABLES = ("task_instance", "task_instance_history")
-ROW_COLUMNS = ("dag_id", "task_id", "run_id", "map_index", "try_number", "state", "max_tries", "operator")
+ROW_COLUMNS = (
+    "dag_id",
+    "task_id",
+    "run_id",
+    "map_index",
+    "try_number",
+    "state",
+    "max_tries",
+    "operator",
+)
 
 
 @contextlib.contextmanager
@@ -30,7 +38,9 @@ def _database(backend: str, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'airflow.db'}"
     else:
         if not harness.pg_available():
-            pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
+            pytest.fail(
+                "PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh"
+            )
         with harness.pg_database("t_aip97core_mig") as url:
             yield url
 
@@ -41,12 +51,15 @@ def _snapshot(url: str) -> dict:
         insp = sa.inspect(engine)
         out: dict = {"columns": {}, "rows": {}}
         with engine.connect() as conn:
-            out["revision"] = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
+            out["revision"] = conn.execute(
+                sa.text("SELECT version_num FROM alembic_version")
+            ).scalar_one()
             for table in TABLES:
                 out["columns"][table] = {c["name"]: c for c in insp.get_columns(table)}
                 cols = ", ".join(ROW_COLUMNS)
                 out["rows"][table] = sorted(
-                    tuple(r) for r in conn.execute(sa.text(f"SELECT {cols} FROM {table}")).all()
+                    tuple(r)
+                    for r in conn.execute(sa.text(f"SELECT {cols} FROM {table}")).all()
                 )
                 if "failure_cause" in out["columns"][table]:
                     out.setdefault("new_values", {})[table] = conn.execute(
@@ -60,7 +73,9 @@ def _snapshot(url: str) -> dict:
 @pytest.mark.e2e
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_upgrade_then_downgrade_real_332_database(backend, tmp_path, patched_venv, unpatched_venv):
+def test_upgrade_then_downgrade_real_332_database(
+    backend, tmp_path, patched_venv, unpatched_venv
+):
     home = tmp_path / "home"
     with _database(backend, tmp_path) as url:
         old = harness.AirflowEnv(unpatched_venv, home, db_url=url)
@@ -71,7 +86,9 @@ def test_upgrade_then_downgrade_real_332_database(backend, tmp_path, patched_ven
         before = _snapshot(url)
         assert before["revision"] == DOWN_REVISION
         assert len(before["rows"]["task_instance"]) == 2
-        assert len(before["rows"]["task_instance_history"]) >= 1, "3.3.2 should have archived the failed try"
+        assert len(before["rows"]["task_instance_history"]) >= 1, (
+            "3.3.2 should have archived the failed try"
+        )
         for table in TABLES:
             assert "failure_cause" not in before["columns"][table]
 
@@ -81,7 +98,9 @@ def test_upgrade_then_downgrade_real_332_database(backend, tmp_path, patched_ven
         assert upgraded["revision"] == REVISION
         for table in TABLES:
             cols = upgraded["columns"][table]
-            assert cols["failure_cause"]["nullable"] and cols["failure_reason"]["nullable"]
+            assert (
+                cols["failure_cause"]["nullable"] and cols["failure_reason"]["nullable"]
+            )
             assert getattr(cols["failure_cause"]["type"], "length", None) == 20
             assert getattr(cols["failure_reason"]["type"], "length", None) == 1000
             assert upgraded["rows"][table] == before["rows"][table]

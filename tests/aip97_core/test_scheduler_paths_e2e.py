@@ -17,12 +17,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import harness
 import pytest
 import sqlalchemy as sa
-from statsd_receiver import StatsdReceiver
-
-import harness
 from conftest import FIXTURES
+from statsd_receiver import StatsdReceiver
 
 DAG_ID = "aip97_scheduler_paths"
 EXPECTED = {
@@ -31,7 +30,13 @@ EXPECTED = {
     "legacy_fail": ("failed", 1, "unknown", "legacy executor info", "executor_event"),
     "mismatch": ("failed", 1, "unknown", "reported state success", "state_mismatch"),
     "stuck": ("failed", 1, "infra", "Stuck in queued", "stuck_in_queued"),
-    "lost_heartbeat": ("failed", 1, "unknown", "Heartbeat timeout", "heartbeat_timeout"),
+    "lost_heartbeat": (
+        "failed",
+        1,
+        "unknown",
+        "Heartbeat timeout",
+        "heartbeat_timeout",
+    ),
 }
 LOG_LINE = re.compile(r"Task instance failure recorded: (?P<body>.*)")
 
@@ -44,6 +49,7 @@ class Scenario:
     listener_records: list[dict]
     callback_records: list[dict]
     statsd_lines: list[str]
+    listener_out: Path
 
 
 def _ti_rows(url: str, table: str) -> list[dict]:
@@ -70,9 +76,13 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory, patched_venv) -> Scenario:
-    pytest.importorskip("statsd", reason="the StatsD metrics backend needs the 'statsd' package")
+    pytest.importorskip(
+        "statsd", reason="the StatsD metrics backend needs the 'statsd' package"
+    )
     if not harness.pg_available():
-        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
+        pytest.fail(
+            "PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh"
+        )
     tmp = tmp_path_factory.mktemp("aip97_sched")
     listener_out, callback_out = tmp / "listener.jsonl", tmp / "callbacks.jsonl"
     with StatsdReceiver() as statsd, harness.pg_database("t_aip97core_e2e") as url:
@@ -100,21 +110,28 @@ def scenario(tmp_path_factory, patched_venv) -> Scenario:
         )
         shutil.copy(FIXTURES / "dags" / "aip97_scheduler_paths.py", env.dags_folder)
         (env.home / "plugins").mkdir(exist_ok=True)
-        shutil.copy(FIXTURES / "plugins" / "aip97_recording_listeners.py", env.home / "plugins")
+        shutil.copy(
+            FIXTURES / "plugins" / "aip97_recording_listeners.py", env.home / "plugins"
+        )
         with env:
             env.airflow("db", "migrate")
             env.start("dag-processor")
             env.start("scheduler")
 
             def done() -> bool:
-                rows = _ti_rows(url, "task_instance")
-                finished = len(rows) == len(EXPECTED) and all(r["state"] == "failed" for r in rows)
+                rows = {
+                    r["task_id"]: r["state"] for r in _ti_rows(url, "task_instance")
+                }
+                finished = all(rows.get(t) == "failed" for t in EXPECTED)
+                finished = finished and rows.get("downstream") == "upstream_failed"
                 callbacks = _read_jsonl(callback_out)
                 # infra_fail: retry + failure callback; legacy_fail: failure callback.
                 return finished and len(callbacks) >= 3
 
             try:
-                harness.wait_for(done, timeout=80, interval=1, what="all task instances failed")
+                harness.wait_for(
+                    done, timeout=80, interval=1, what="all task instances failed"
+                )
             except TimeoutError:
                 print(env.log_text("scheduler")[-8000:])
                 print(env.log_text("dag-processor")[-4000:])
@@ -128,6 +145,7 @@ def scenario(tmp_path_factory, patched_venv) -> Scenario:
             listener_records=_read_jsonl(listener_out),
             callback_records=_read_jsonl(callback_out),
             statsd_lines=list(statsd.lines),
+            listener_out=listener_out,
         )
 
 
@@ -150,14 +168,26 @@ def test_cause_and_reason_are_persisted(scenario):
     live = {r["task_id"]: r for r in _ti_rows(scenario.url, "task_instance")}
     for task_id, (state, try_number, cause, reason, _) in EXPECTED.items():
         row = live[task_id]
-        assert (row["state"], row["try_number"], row["failure_cause"]) == (state, try_number, cause), row
+        assert (row["state"], row["try_number"], row["failure_cause"]) == (
+            state,
+            try_number,
+            cause,
+        ), row
         assert reason in row["failure_reason"], row
     # The stuck task had retries=2 but is failed at once: requeueing was its retry.
     assert live["stuck"]["try_number"] == 1
+    # upstream_failed: the task did not fail, it never ran; no cause.
+    assert live["downstream"]["state"] == "upstream_failed"
+    assert (
+        live["downstream"]["failure_cause"],
+        live["downstream"]["failure_reason"],
+    ) == (None, None)
 
     history = _ti_rows(scenario.url, "task_instance_history")
     infra_tries = [r for r in history if r["task_id"] == "infra_fail"]
-    assert [(r["try_number"], r["failure_cause"]) for r in infra_tries] == [(1, "infra")]
+    assert [(r["try_number"], r["failure_cause"]) for r in infra_tries] == [
+        (1, "infra")
+    ]
     assert "Worker node lost" in infra_tries[0]["failure_reason"]
 
 
@@ -168,10 +198,12 @@ def test_exactly_one_log_line_per_failure(scenario):
     by_task: dict[str, list[dict]] = {}
     for fields in lines:
         by_task.setdefault(fields["task_id"], []).append(fields)
-    assert set(by_task) == set(EXPECTED)
+    assert set(by_task) == set(EXPECTED)  # nothing for the upstream_failed task
     for task_id, (_, try_number, cause, reason, source) in EXPECTED.items():
         expected_tries = list(range(1, try_number + 1))
-        assert [int(f["try_number"]) for f in by_task[task_id]] == expected_tries, by_task[task_id]
+        assert [int(f["try_number"]) for f in by_task[task_id]] == expected_tries, (
+            by_task[task_id]
+        )
         for fields in by_task[task_id]:
             assert fields["failure_cause"] == cause
             assert fields["source"] == source
@@ -188,7 +220,9 @@ def test_listeners_receive_the_cause(scenario):
     legacy = [r for r in scenario.listener_records if r["listener"] == "legacy"]
     got = sorted((r["task_id"], r["failure_cause"]) for r in aware)
     want = sorted(
-        (task_id, cause) for task_id, (_, tries, cause, _, _) in EXPECTED.items() for _ in range(tries)
+        (task_id, cause)
+        for task_id, (_, tries, cause, _, _) in EXPECTED.items()
+        for _ in range(tries)
     )
     assert got == want
     # The listener written before AIP-97 (no failure_cause argument) is still called every time.
@@ -201,7 +235,11 @@ def test_listeners_receive_the_cause(scenario):
 @pytest.mark.timeout(150)
 def test_callback_context_carries_the_cause(scenario):
     got = sorted((r["task_id"], r["failure_cause"]) for r in scenario.callback_records)
-    assert got == [("infra_fail", "infra"), ("infra_fail", "infra"), ("legacy_fail", "unknown")]
+    assert got == [
+        ("infra_fail", "infra"),
+        ("infra_fail", "infra"),
+        ("legacy_fail", "unknown"),
+    ]
 
 
 @pytest.mark.e2e
@@ -217,13 +255,28 @@ def test_statsd_metrics_carry_the_cause(scenario):
         )
 
     # Legacy (plain StatsD) name, with the remaining tags in InfluxDB form.
-    assert count("airflow.ti.failure_cause.infra,", "task_id=infra_fail", f"dag_id={DAG_ID}") == 2
+    assert (
+        count(
+            "airflow.ti.failure_cause.infra,", "task_id=infra_fail", f"dag_id={DAG_ID}"
+        )
+        == 2
+    )
     assert count("airflow.ti.failure_cause.infra,", "task_id=stuck") == 1
     assert count("airflow.ti.failure_cause.unknown,", "task_id=lost_heartbeat") == 1
     # Modern name with failure_cause as a tag.
-    assert count("airflow.ti.failure_cause,", "failure_cause=unknown", "task_id=legacy_fail") == 1
-    assert count("airflow.ti_failures,", "failure_cause=infra", "task_id=infra_fail") == 2
-    assert count("airflow.operator_failures", "failure_cause=unknown", "task_id=mismatch") >= 1
+    assert (
+        count(
+            "airflow.ti.failure_cause,", "failure_cause=unknown", "task_id=legacy_fail"
+        )
+        == 1
+    )
+    assert (
+        count("airflow.ti_failures,", "failure_cause=infra", "task_id=infra_fail") == 2
+    )
+    assert (
+        count("airflow.operator_failures", "failure_cause=unknown", "task_id=mismatch")
+        >= 1
+    )
 
 
 @pytest.mark.e2e
@@ -240,7 +293,12 @@ tries = client.get("/api/v2/dags/{DAG_ID}/dagRuns/~/taskInstances/infra_fail/tri
 runs = client.get("/api/v2/dags/{DAG_ID}/dagRuns").json()["dag_runs"]
 run_id = runs[0]["dag_run_id"]
 tries = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{{run_id}}/taskInstances/infra_fail/tries").json()
-print(json.dumps({{"tis": tis, "tries": tries}}))
+marked = client.patch(
+    f"/api/v2/dags/{DAG_ID}/dagRuns/{{run_id}}/taskInstances/downstream", json={{"new_state": "failed"}}
+)
+assert marked.status_code == 200, marked.text
+after = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{{run_id}}/taskInstances/downstream").json()
+print(json.dumps({{"tis": tis, "tries": tries, "marked": after}}))
 """
     env = dict(scenario.env.env)
     scenario.env.env.update(
@@ -260,6 +318,21 @@ print(json.dumps({{"tis": tis, "tries": tries}}))
     for task_id, (_, _, cause, reason, _) in EXPECTED.items():
         assert tis[task_id]["failure_cause"] == cause
         assert reason in tis[task_id]["failure_reason"]
+    # Mark-failed by a user: failed, but no cause; the listener is called with failure_cause=None.
+    assert data["marked"]["state"] == "failed"
+    assert (data["marked"]["failure_cause"], data["marked"]["failure_reason"]) == (
+        None,
+        None,
+    )
+    records = [
+        r
+        for r in _read_jsonl(scenario.listener_out)
+        if r["listener"] == "cause_aware" and r["task_id"] == "downstream"
+    ]
+    assert [r["failure_cause"] for r in records] == [None]
     tries = {t["try_number"]: t for t in data["tries"]["task_instances"]}
-    assert tries[1]["failure_cause"] == "infra" and "Worker node lost" in tries[1]["failure_reason"]
+    assert (
+        tries[1]["failure_cause"] == "infra"
+        and "Worker node lost" in tries[1]["failure_reason"]
+    )
     assert tries[2]["failure_cause"] == "infra"

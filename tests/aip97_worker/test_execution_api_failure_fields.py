@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from harness import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -21,6 +22,15 @@ def probe(stack):
     stack.trigger("aip97w_api")
     for task_id in ("api_a", "api_b", "api_c", "api_d"):
         stack.wait_ti_state("aip97w_api", task_id, {"success"}, timeout=120)
+        # The probe puts the TIs back to running: the scheduler must have consumed the executor's
+        # event for each of them first, or it would see a running TI and fail it (state mismatch).
+        wait_for(
+            lambda t=task_id: (
+                f"TaskInstance Finished: dag_id=aip97w_api, task_id={t}," in stack.env.log_text("scheduler")
+            ),
+            timeout=60,
+            what=f"the scheduler to process the executor event of {task_id}",
+        )
     result = stack.env.run_python(PROBE.read_text(), timeout=120)
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -70,6 +70,8 @@ def test_task_process_sigkill_with_retries_goes_up_for_retry(stack):
     assert history[0]["failure_cause"] == "unknown"
     assert "SIGKILL" in history[0]["failure_reason"]
     _no_state_mismatch(stack, "task_process_killed_retry")
+    # The task process could not call the listeners; the supervisor did, with the cause.
+    assert [c["failure_cause"] for c in _listener_calls(stack, "task_process_killed_retry")] == ["unknown"]
 
 
 def test_task_process_sigkill_without_retries_fails(stack):
@@ -78,6 +80,9 @@ def test_task_process_sigkill_without_retries_fails(stack):
     assert ti["failure_cause"] == "unknown"
     assert "SIGKILL" in ti["failure_reason"] and "OOM" in ti["failure_reason"]
     _no_state_mismatch(stack, "task_process_killed")
+    calls = _listener_calls(stack, "task_process_killed")
+    assert [c["failure_cause"] for c in calls] == ["unknown"], calls
+    assert "SIGKILL" in calls[0]["error"]
 
 
 def test_supervisor_killed_is_infra_within_seconds(stack):

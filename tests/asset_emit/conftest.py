@@ -79,7 +79,7 @@ shutil.copytree(HERE / "dags", _HOME / "dags")
 DEMO_DAGS = sorted((HERE.parents[1] / "examples" / "dags").glob("asset_emit_*.py"))
 for _demo in DEMO_DAGS:
     shutil.copy(_demo, _HOME / "dags" / _demo.name)
-EXPECTED_DAGS = 6 + 4 * bool(DEMO_DAGS)
+EXPECTED_DAGS = 7 + 4 * bool(DEMO_DAGS)
 shutil.copytree(HERE / "plugins", _HOME / "plugins")
 
 
@@ -190,7 +190,9 @@ class Stack:
         from airflow.utils.session import create_session
 
         with create_session() as session:
-            return session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+            return session.scalar(
+                select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
+            )
 
     def wait_run_finished(self, dag_id: str, run_id: str, timeout: float = 60) -> str:
         return wait_for(

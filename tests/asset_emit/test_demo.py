@@ -45,8 +45,10 @@ def test_demo_ingestion_resumes_and_consumers_run_per_batch(stack):
     print("\n=== asset.emit() demo: ingestion ===")
     print(f"ingestion run {run_id}: try {ti['try_number']}, resumed after batch {result['resumed_after']}")
     for event in events:
-        print(f"  event {event['id']:>3} {event['partition_key']} extra={event['extra']}"
-              f" source={event['source_dag_id']}.{event['source_task_id']}")
+        print(
+            f"  event {event['id']:>3} {event['partition_key']} extra={event['extra']}"
+            f" source={event['source_dag_id']}.{event['source_task_id']}"
+        )
     for receipt in result["receipts"]:
         print(f"  receipt (retry) {receipt}")
     for run in sorted(runs, key=lambda r: r["partition_key"]):

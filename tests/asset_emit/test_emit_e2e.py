@@ -100,7 +100,8 @@ def test_bad_input_through_the_sdk(stack):
     run_id = stack.trigger("emit_test_sdk_errors")
     assert stack.wait_run_finished("emit_test_sdk_errors", run_id) == "success"
     resp = stack.rest(
-        "GET", f"/dags/emit_test_sdk_errors/dagRuns/{run_id}/taskInstances/bad_inputs/xcomEntries/return_value"
+        "GET",
+        f"/dags/emit_test_sdk_errors/dagRuns/{run_id}/taskInstances/bad_inputs/xcomEntries/return_value",
     )
     assert resp.status_code == 200, resp.text
     value = resp.json()["value"]
@@ -115,3 +116,36 @@ def test_bad_input_through_the_sdk(stack):
     events = [e for e in stack.events("emit_test_api_target") if e["source_run_id"] == run_id]
     assert [e["id"] for e in events] == [reasons["async_receipt"]["id"]]
     assert stack.events("emit_test_never_declared") == []
+
+
+def test_emit_under_dag_test(stack):
+    """dag.test() runs the task in-process; its supervisor vouches for the task instance."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    key = f"dag-test-{uuid.uuid4()}"
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "import emit_test_dags; emit_test_dags.dag_test_dag.test()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(stack.home / "dags")],
+        env={**os.environ, "EMIT_TEST_DAG_TEST_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from sqlalchemy import select
+
+    from airflow.models.asset_event_idempotency import AssetEventIdempotencyKey
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        event_id = session.scalar(
+            select(AssetEventIdempotencyKey.asset_event_id).where(AssetEventIdempotencyKey.idempotency_key == key)
+        )
+    [event] = [e for e in stack.events("emit_test_api_target") if e["id"] == event_id]
+    assert (event["source_dag_id"], event["source_task_id"]) == ("emit_test_dag_test", "emit_in_dag_test")

@@ -139,18 +139,40 @@ def _bad_cases(limit: int) -> list:
     return [
         pytest.param({"name": "emit_test_never_declared"}, 404, "asset_not_found", id="unknown-asset"),
         pytest.param({"name": "emit_test_inactive"}, 409, "asset_inactive", id="inactive-asset"),
-        pytest.param({"name": ASSET, "partition_key": "k", "partition_date": "2026-01-01T00:00:00"}, 422, None,
-                     id="naive-partition-date"),
-        pytest.param({"name": ASSET, "partition_date": "2026-01-01T00:00:00+00:00"}, 422,
-                     "partition_date_without_key", id="date-without-key"),
+        pytest.param(
+            {"name": ASSET, "partition_key": "k", "partition_date": "2026-01-01T00:00:00"},
+            422,
+            "naive_partition_date",
+            id="naive-partition-date",
+        ),
+        pytest.param(
+            {"name": ASSET, "partition_date": "2026-01-01T00:00:00+00:00"},
+            422,
+            "partition_date_without_key",
+            id="date-without-key",
+        ),
         pytest.param({"name": ASSET, "extra": ["not", "an", "object"]}, 422, None, id="extra-not-object"),
-        pytest.param({"name": ASSET, "extra": {"blob": "x" * (limit + 1)}}, 413, "extra_too_large",
-                     id="extra-too-large"),
-        pytest.param({"name": ASSET, "partition_key": "k" * 251}, 422, "partition_key_too_long",
-                     id="partition-key-too-long"),
-        pytest.param({"name": ASSET, "idempotency_key": "i" * 251}, 422, "idempotency_key_too_long",
-                     id="idempotency-key-too-long"),
-        pytest.param({"name": ASSET, "partition_key": ""}, 422, "invalid_partition_key", id="empty-partition-key"),
+        pytest.param(
+            {"name": ASSET, "extra": {"blob": "x" * (limit + 1)}},
+            413,
+            "extra_too_large",
+            id="extra-too-large",
+        ),
+        pytest.param(
+            {"name": ASSET, "partition_key": "k" * 251},
+            422,
+            "partition_key_too_long",
+            id="partition-key-too-long",
+        ),
+        pytest.param(
+            {"name": ASSET, "idempotency_key": "i" * 251},
+            422,
+            "idempotency_key_too_long",
+            id="idempotency-key-too-long",
+        ),
+        pytest.param(
+            {"name": ASSET, "partition_key": ""}, 422, "invalid_partition_key", id="empty-partition-key"
+        ),
         pytest.param({}, 422, "missing_asset", id="no-asset"),
     ]
 
@@ -175,7 +197,8 @@ def test_non_json_extra_is_rejected(stack, seed_ti):
     key = f"nan-{uuid.uuid4()}"
     resp = httpx.post(
         f"{stack.api_url}/execution/asset-events",
-        content=b'{"name": "%s", "idempotency_key": "%s", "extra": {"x": NaN}}' % (ASSET.encode(), key.encode()),
+        content=b'{"name": "%s", "idempotency_key": "%s", "extra": {"x": NaN}}'
+        % (ASSET.encode(), key.encode()),
         headers={
             "Authorization": f"Bearer {stack.token_for(seed_ti['id'])}",
             "Airflow-API-Version": "2026-11-30",

@@ -21,7 +21,7 @@ def teams_world(stack):
     suffix = uuid.uuid4().hex[:6]
     names = {"red": f"red_{suffix}", "blue": f"blue_{suffix}"}
     with create_session() as session:
-        for colour, name in names.items():
+        for name in names.values():
             team = Team(name=name)
             bundle = DagBundleModel(name=f"bundle_{name}")
             bundle.teams.append(team)

@@ -38,7 +38,10 @@ def test_migration_downgrade_and_upgrade():
     env = {**os.environ, **TEST_ENV, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url}
     _psql(f'CREATE DATABASE "{name}"')
     try:
-        run = lambda *a: subprocess.run([AIRFLOW, "db", *a], env=env, check=True, capture_output=True, timeout=200)  # noqa: E731
+
+        def run(*args: str) -> None:
+            subprocess.run([AIRFLOW, "db", *args], env=env, check=True, capture_output=True, timeout=200)
+
         run("migrate")
         assert {"asset_event_idempotency_key", f"@{REVISION}"} <= _tables(raw)
         run("downgrade", "-r", PREVIOUS, "-y")

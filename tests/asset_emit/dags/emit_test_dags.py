@@ -69,7 +69,9 @@ with DAG(
     schedule=None,
     on_failure_callback=[
         _emit("dag_failure"),
-        AssetEventNotifier(OPS_SIGNAL, extra={"failed_run": "{{ run_id }}"}, idempotency_key="{{ run_id }}-ops"),
+        AssetEventNotifier(
+            OPS_SIGNAL, extra={"failed_run": "{{ run_id }}"}, idempotency_key="{{ run_id }}-ops"
+        ),
     ],
 ):
 
@@ -77,8 +79,11 @@ with DAG(
         on_execute_callback=_emit("execute_cb"),
         on_success_callback=[
             _emit("success"),
-            AssetEventNotifier(Asset.ref(name=CB_SIGNAL.name), idempotency_key="{{ run_id }}-task-notifier",
-                               extra={"kind": "task_notifier"}),
+            AssetEventNotifier(
+                Asset.ref(name=CB_SIGNAL.name),
+                idempotency_key="{{ run_id }}-task-notifier",
+                extra={"kind": "task_notifier"},
+            ),
         ],
     )
     def ok():
@@ -115,7 +120,9 @@ with DAG("emit_test_sdk_errors", schedule=None):
         attempts = {
             "unknown": lambda: Asset("emit_test_never_declared").emit(),
             "naive_date": lambda: API_TARGET.emit(partition_key="k", partition_date=datetime(2026, 1, 1)),
-            "date_without_key": lambda: API_TARGET.emit(partition_date=datetime(2026, 1, 1, tzinfo=timezone.utc)),
+            "date_without_key": lambda: API_TARGET.emit(
+                partition_date=datetime(2026, 1, 1, tzinfo=timezone.utc)
+            ),
             "non_json": lambda: API_TARGET.emit(extra={"obj": object()}),
             "long_key": lambda: API_TARGET.emit(partition_key="k" * 251),
             "too_large": lambda: API_TARGET.emit(extra={"blob": "x" * 5000}),
@@ -127,8 +134,21 @@ with DAG("emit_test_sdk_errors", schedule=None):
                 reasons[name] = "no error"
             except AssetEmitError as err:
                 reasons[name] = err.reason
-        receipt = asyncio.run(Asset.ref(uri=API_TARGET.uri).aemit(idempotency_key="sdk-async", extra={"a": 1}))
+        receipt = asyncio.run(
+            Asset.ref(uri=API_TARGET.uri).aemit(idempotency_key="sdk-async", extra={"a": 1})
+        )
         reasons["async_receipt"] = {"id": receipt.id, "deduplicated": receipt.deduplicated}
         return reasons
 
     bad_inputs()
+
+
+with DAG("emit_test_dag_test", schedule=None) as dag_test_dag:
+    # Run with dag.test() (in-process supervisor and Execution API) by test_emit_e2e.py.
+
+    @task
+    def emit_in_dag_test():
+        receipt = API_TARGET.emit(idempotency_key=os.environ.get("EMIT_TEST_DAG_TEST_KEY", "dag-test"))
+        return {"id": receipt.id, "source_task_id": receipt.source_task_id}
+
+    emit_in_dag_test()

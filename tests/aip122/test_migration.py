@@ -1,0 +1,129 @@
+"""
+Migration 0125 (``infra_retry_count``) on real databases that hold task instances and their history.
+
+For SQLite and PostgreSQL: ``airflow db migrate`` to head, ``airflow dags test`` of a Dag whose
+second task fails once and is retried (rows in task_instance and task_instance_history), then
+downgrade to AIP-97's revision and upgrade again, checking the columns and that no row is lost.
+On PostgreSQL the upgrade must not rewrite the tables: their ``relfilenode`` stays the same, and
+the offline SQL is a single ``ADD COLUMN ... DEFAULT 0 NOT NULL`` per table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import harness  # noqa: E402
+
+VENV = Path(sys.executable).parent.parent
+REVISION = "704a18c1acc7"
+DOWN_REVISION = "5c1e97a4f0b3"
+TABLES = ("task_instance", "task_instance_history")
+
+
+@contextlib.contextmanager
+def _database(backend: str, tmp_path: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'airflow.db'}"
+        return
+    if not harness.pg_available():
+        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
+    with harness.pg_database("t_aip122_mig") as url:
+        yield url
+
+
+def _state(url: str) -> dict:
+    engine = sa.create_engine(url)
+    try:
+        insp = sa.inspect(engine)
+        with engine.connect() as conn:
+            out = {
+                "revision": conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one(),
+                "columns": {t: {c["name"]: c for c in insp.get_columns(t)} for t in TABLES},
+                "rows": {
+                    t: sorted(
+                        tuple(r)
+                        for r in conn.execute(
+                            sa.text(f"SELECT dag_id, task_id, run_id, try_number, state, max_tries FROM {t}")
+                        )
+                    )
+                    for t in TABLES
+                },
+            }
+            if engine.dialect.name == "postgresql":
+                out["relfilenode"] = {
+                    t: conn.execute(
+                        sa.text("SELECT relfilenode FROM pg_class WHERE relname = :t"), {"t": t}
+                    ).scalar_one()
+                    for t in TABLES
+                }
+            if "infra_retry_count" in out["columns"]["task_instance"]:
+                out["counts"] = {
+                    t: [r[0] for r in conn.execute(sa.text(f"SELECT infra_retry_count FROM {t}"))]
+                    for t in TABLES
+                }
+        return out
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.timeout(240)
+def test_upgrade_and_downgrade_with_rows(backend, tmp_path):
+    with _database(backend, tmp_path) as url:
+        env = harness.AirflowEnv(VENV, tmp_path / "home", db_url=url)
+        shutil.copy(HERE / "dags" / "aip122_mig_dag.py", env.dags_folder)
+        env.airflow("db", "migrate", timeout=300)
+        env.airflow("dags", "test", "aip122_mig", timeout=180)
+        head = _state(url)
+        assert head["revision"] == REVISION
+        assert len(head["rows"]["task_instance"]) == 2
+        assert len(head["rows"]["task_instance_history"]) == 1  # flaky's first try
+        assert head["counts"] == {"task_instance": [0, 0], "task_instance_history": [0]}
+
+        env.airflow("db", "downgrade", "-r", DOWN_REVISION, "-y", timeout=300)
+        down = _state(url)
+        assert down["revision"] == DOWN_REVISION
+        for table in TABLES:
+            assert "infra_retry_count" not in down["columns"][table]
+            assert "failure_cause" in down["columns"][table]  # AIP-97's columns stay
+        assert down["rows"] == head["rows"]
+
+        env.airflow("db", "migrate", timeout=300)
+        up = _state(url)
+        assert up["revision"] == REVISION
+        assert up["rows"] == head["rows"]
+        assert up["counts"] == head["counts"]
+        for table in TABLES:
+            col = up["columns"][table]["infra_retry_count"]
+            assert isinstance(col["type"], sa.Integer)
+            assert col["nullable"] is False
+            assert "0" in str(col["default"])
+        if backend == "postgresql":
+            # ADD COLUMN with a constant default is metadata-only: the table files were not rewritten.
+            assert up["relfilenode"] == down["relfilenode"]
+
+
+@pytest.mark.timeout(120)
+def test_postgresql_upgrade_sql_is_a_plain_add_column(tmp_path):
+    with _database("postgresql", tmp_path) as url:
+        env = harness.AirflowEnv(VENV, tmp_path / "home", db_url=url)
+        out = env.airflow(
+            "db", "migrate", "--show-sql-only", "--from-revision", DOWN_REVISION, "--to-revision", REVISION,
+            timeout=180,
+        ).stdout
+    statements = [s.strip() for s in out.split(";") if "infra_retry_count" in s]
+    assert statements == [
+        "ALTER TABLE task_instance ADD COLUMN infra_retry_count INTEGER DEFAULT 0 NOT NULL",
+        "ALTER TABLE task_instance_history ADD COLUMN infra_retry_count INTEGER DEFAULT 0 NOT NULL",
+    ], out
+    assert "_alembic_tmp" not in out and "INSERT INTO" not in out.upper().replace("INSERT INTO ALEMBIC", "")

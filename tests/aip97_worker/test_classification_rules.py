@@ -1,0 +1,94 @@
+"""
+The worker-side AIP-97 classification rules, checked directly (no Airflow processes).
+
+Run in a subprocess with a private AIRFLOW_HOME, because importing Airflow reads its configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+SCRIPT = r"""
+import json, signal
+from airflow.sdk.exceptions import (
+    AirflowException, AirflowFailException, AirflowSensorTimeout, AirflowTaskTerminated, AirflowTaskTimeout,
+)
+from airflow.sdk.execution_time.failure_classification import (
+    classify_task_exception, describe_exception, describe_process_exit,
+)
+from airflow.sdk.execution_time.supervisor import TaskExitCode
+from airflow.executors.local_worker_reports import failure_from_task_exit, worker_death_failure
+
+errors = {
+    "timeout": AirflowTaskTimeout("Timeout, PID: 1"),
+    "sensor_timeout": AirflowSensorTimeout("Sensor has timed out"),
+    "value_error": ValueError("boom"),
+    "fail_exception": AirflowFailException("no retry"),
+    "airflow_exception": AirflowException("x"),
+    "system_exit": SystemExit(3),
+    "terminated": AirflowTaskTerminated("SIGTERM"),
+    "keyboard": KeyboardInterrupt(),
+}
+out = {name: str(classify_task_exception(e)) for name, e in errors.items()}
+out["none"] = str(classify_task_exception(None))
+out["reason_value_error"] = describe_exception(ValueError("boom"))
+out["reason_empty"] = describe_exception(RuntimeError())
+out["reason_long"] = len(describe_exception(ValueError("x" * 5000)))
+out["exit_sigkill"] = describe_process_exit(-signal.SIGKILL)
+out["exit_sigsegv"] = describe_process_exit(-signal.SIGSEGV)
+out["exit_code"] = describe_process_exit(3)
+code = TaskExitCode(-9, final_state="up_for_retry")
+out["exit_is_int"] = [code == -9, isinstance(code, int), code.final_state]
+out["task_exit_failed"] = list(failure_from_task_exit(TaskExitCode(-9, final_state="failed")))
+out["task_exit_server_terminated"] = failure_from_task_exit(TaskExitCode(-15, final_state="SERVER_TERMINATED"))
+out["task_exit_ok"] = failure_from_task_exit(TaskExitCode(0, final_state="success"))
+out["task_exit_plain_int"] = failure_from_task_exit(-9)
+out["worker_death"] = list(worker_death_failure(123, -9))
+print(json.dumps(out, default=str))
+"""
+
+
+def test_classification_rules(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        AIRFLOW_HOME=str(tmp_path),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path}/airflow.db",
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=100
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    assert out["timeout"] == "timeout"
+    assert out["sensor_timeout"] == "timeout"
+    for name in ("value_error", "fail_exception", "airflow_exception", "system_exit"):
+        assert out[name] == "application", name
+    assert out["terminated"] == "unknown"
+    assert out["keyboard"] == "unknown"
+    assert out["none"] == "unknown"
+
+    assert out["reason_value_error"] == "ValueError: boom"
+    assert out["reason_empty"] == "RuntimeError"
+    assert out["reason_long"] == 1000
+
+    assert "killed by SIGKILL (9)" in out["exit_sigkill"] and "OOM killer" in out["exit_sigkill"]
+    assert "killed by SIGSEGV (11)" in out["exit_sigsegv"] and "OOM" not in out["exit_sigsegv"]
+    assert out["exit_code"] == "Task process exited with code 3 before it reported a state."
+
+    assert out["exit_is_int"] == [True, True, "up_for_retry"]
+    assert out["task_exit_failed"][0] == "unknown" and "killed by SIGKILL" in out["task_exit_failed"][1]
+    # A task the server told to stop, a success, and an exit code without a final state are not failures.
+    assert out["task_exit_server_terminated"] is None
+    assert out["task_exit_ok"] is None
+    assert out["task_exit_plain_int"] is None
+    assert out["worker_death"][0] == "infra"
+    assert out["worker_death"][1].startswith("LocalExecutor worker process 123 died (killed by SIGKILL)")
