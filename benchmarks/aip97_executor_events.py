@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from datetime import UTC
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,9 +53,7 @@ def _worker(scenario: str, events: int) -> dict:
     """Measure once, inside a venv whose AIRFLOW_HOME/database the parent prepared."""
     import logging
     import time
-    from datetime import datetime, timedelta, timezone
-
-    from sqlalchemy import func, select, update
+    from datetime import datetime, timedelta
 
     from airflow.executors.base_executor import BaseExecutor
     from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
@@ -64,12 +63,13 @@ def _worker(scenario: str, events: int) -> dict:
     from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState, TaskInstanceState
     from airflow.utils.types import DagRunTriggeredByType, DagRunType
+    from sqlalchemy import func, select, update
 
     job_id = 1
     n_runs = max(1, events // N_TASKS)
     with create_session() as session:
         dag = SerializedDagModel.get_dag(DAG_ID, session=session)
-        start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+        start = datetime(2024, 1, 1, tzinfo=UTC)
         for i in range(n_runs):
             when = start + timedelta(hours=i)
             dag.create_dagrun(

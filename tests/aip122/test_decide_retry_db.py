@@ -437,3 +437,40 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
             "opt_in_2": ("up_for_retry", 1, 1),
         }
         assert all(ti.retry_delay_override == 2 for ti in got.values())
+
+
+@pytest.mark.parametrize(
+    ("cause", "expected"),
+    [
+        ("infra", ("up_for_retry", 1, 1, 3.0)),
+        ("application", ("failed", 0, 0, None)),
+    ],
+)
+def test_worker_reported_failure_through_the_execution_api(infra_config, cause, expected):
+    """The Execution API's ti_update_state route takes the same decision (real route, real DB)."""
+    import httpx
+
+    from airflow._shared.timezones import timezone
+    from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
+
+    infra_config(max_infra_retries=1, delay=3)
+    with _session() as session:
+        run_id = _new_run(session)
+        ti = _ti(session, run_id, "r0")
+        _start_try(session, ti, attach_task=False)
+        ti_id = ti.id
+    client = httpx.Client(transport=InProcessExecutionAPI().transport, base_url="http://in-process.invalid./")
+    resp = client.patch(
+        f"task-instances/{ti_id}/state",
+        json={
+            "state": "failed",
+            "end_date": timezone.utcnow().isoformat(),
+            "failure_cause": cause,
+            "failure_reason": "reported by a worker",
+        },
+        headers={"Airflow-API-Version": "2026-11-30"},
+    )
+    assert resp.status_code in (200, 204), resp.text
+    with _session() as session:
+        ti = _ti(session, run_id, "r0")
+        assert (ti.state, ti.max_tries, ti.infra_retry_count, ti.retry_delay_override) == expected

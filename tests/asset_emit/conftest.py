@@ -273,11 +273,13 @@ def stack() -> Iterator[Stack]:
         yield st
     finally:
         st.stop()
-        from airflow import settings
+        try:
+            from airflow import settings
 
-        if settings.engine is not None:
-            settings.engine.dispose()
-        _psql(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+            if settings.engine is not None:
+                settings.engine.dispose()
+        finally:
+            _psql(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ class InfraRetryListener:
             return
         record = {
             "pid": os.getpid(),
+            "dag_id": task_instance.dag_id,
             "task_id": task_instance.task_id,
             "map_index": getattr(task_instance, "map_index", -1),
             "try_number": task_instance.try_number,

@@ -13,12 +13,14 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 from typing import ClassVar
 
 import harness
 import pytest
-from conftest import FIXTURES
-from statsd_receiver import StatsdReceiver
+from aip97_statsd_receiver import StatsdReceiver
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 CAUSES = ("infra", "timeout", "application", "unknown")
 SCRIPT = str(FIXTURES / "emit_failure_metrics.py")

@@ -15,7 +15,8 @@ from pathlib import Path
 import harness
 import pytest
 import sqlalchemy as sa
-from conftest import FIXTURES
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 REVISION = "5c1e97a4f0b3"
 DOWN_REVISION = "d2f4e1b3c5a7"
