@@ -99,7 +99,10 @@ def _fill(url: str, rows: int) -> None:
 
 
 def measure(rows: int) -> dict:
-    with TemporaryDirectory(prefix="aip122_migbench_") as tmp, harness.pg_database("t_aip122_migbench") as url:
+    with (
+        TemporaryDirectory(prefix="aip122_migbench_") as tmp,
+        harness.pg_database("t_aip122_migbench") as url,
+    ):
         env = harness.AirflowEnv(Path(sys.prefix), Path(tmp) / "home", db_url=url)
         (env.dags_folder / "aip122_mig_bench.py").write_text(DAG_FILE)
         env.airflow("db", "migrate", timeout=600)
@@ -114,7 +117,9 @@ def measure(rows: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 1_000_000])
     args = parser.parse_args()
     if not harness.pg_available():

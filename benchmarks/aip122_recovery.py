@@ -72,9 +72,10 @@ def _events(out: Path) -> list[dict]:
 
 def measure(venv: Path, extra_env: dict[str, str], timeout: float, label: str) -> dict:
     """Run the Dag once in a fresh stack; return the recovery time and the task instance's counters."""
-    with TemporaryDirectory(prefix=f"aip122_bench_{label}_") as tmp, harness.pg_database(
-        f"t_aip122_bench_{label}"
-    ) as url:
+    with (
+        TemporaryDirectory(prefix=f"aip122_bench_{label}_") as tmp,
+        harness.pg_database(f"t_aip122_bench_{label}") as url,
+    ):
         home = Path(tmp)
         out = home / "out"
         out.mkdir()
@@ -133,7 +134,9 @@ def measure(venv: Path, extra_env: dict[str, str], timeout: float, label: str) -
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--unpatched-venv", type=Path, default=None)
     parser.add_argument("--skip-unpatched", action="store_true", help="only measure the patched build")
     parser.add_argument("--unpatched-timeout", type=float, default=1200)

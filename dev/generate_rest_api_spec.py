@@ -2,9 +2,11 @@
 
 Run with the interpreter of a venv holding the patched wheels; writes
 ``airflow-core/src/airflow/api_fastapi/core_api/openapi/v2-rest-api-generated.yaml`` under the
-tree given as the only argument. Upstream builds the app with the simple auth manager, renders
-``fastapi.openapi.utils.get_openapi`` over its routes and dumps it with PyYAML, block style, keys
-in insertion order; this does the same.
+tree given as the only argument, and the UI's ``_private_ui.yaml`` next to it (upstream generates
+it in the same script; the UI's TypeScript client is generated from it). Upstream builds the app
+with the simple auth manager, renders ``fastapi.openapi.utils.get_openapi`` over its routes (for
+the UI spec: only the ``/ui/`` routes) and dumps it with PyYAML, block style, keys in insertion
+order; this does the same. On pristine 3.3.2 both files come out byte for byte as released.
 """
 
 from __future__ import annotations
@@ -14,18 +16,24 @@ import sys
 from pathlib import Path
 
 SPEC = Path("airflow-core/src/airflow/api_fastapi/core_api/openapi/v2-rest-api-generated.yaml")
+UI_SPEC = SPEC.parent / "_private_ui.yaml"
 
 
-def render_spec() -> str:
+def render_spec(only_ui: bool = False) -> str:
     os.environ["AIRFLOW__CORE__AUTH_MANAGER"] = (
         "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
     )
     import yaml
     from fastapi.openapi.utils import get_openapi
+    from fastapi.routing import APIRoute
 
     from airflow.api_fastapi.app import create_app
 
     app = create_app()
+    if only_ui:
+        for route in app.routes:
+            if isinstance(route, APIRoute):
+                route.include_in_schema = route.path.startswith("/ui/")
     schema = get_openapi(
         title=app.title,
         version=app.version,
@@ -40,13 +48,14 @@ def main() -> int:
     if len(sys.argv) != 2:
         print(f"usage: {sys.argv[0]} TREE", file=sys.stderr)
         return 2
-    target = Path(sys.argv[1]) / SPEC
-    target.write_text(render_spec())
     from openapi_spec_validator import validate_spec
     import yaml
 
-    validate_spec(yaml.safe_load(target.read_text()))
-    print(f"wrote {target}")
+    for spec, only_ui in ((SPEC, False), (UI_SPEC, True)):
+        target = Path(sys.argv[1]) / spec
+        target.write_text(render_spec(only_ui=only_ui))
+        validate_spec(yaml.safe_load(target.read_text()))
+        print(f"wrote {target}")
     return 0
 
 

@@ -48,21 +48,19 @@ def changed_files(tree: Path) -> dict[str, str]:
 
 
 def applied_patches(tree: Path) -> list[dict[str, str]]:
-    """The series as applied in the tree: name, subject, feature and the patch-id of each commit."""
+    """The series as applied in the tree: name, feature, subject and the patch-id of each commit."""
+    from pstool.series import parse_trailers
+    from pstool.tree import commit_patch_names
+
     result = []
-    for sha in out(tree, "rev-list", "--reverse", f"{BASE_REF}..HEAD").split():
-        body = out(tree, "log", "-1", "--format=%B", sha)
-        trailers = dict(
-            (k.strip(), v.strip())
-            for k, _, v in (ln.partition(":") for ln in body.splitlines())
-            if k.strip() in ("Feature", "Patch-Filename", "Upstream-Status")
-        )
+    for sha, name, feature in commit_patch_names(tree):
+        trailers = parse_trailers(out(tree, "log", "-1", "--format=%B", sha))
         diff = git(tree, "show", "--format=", "--full-index", sha).stdout
         patch_id = git(tree, "patch-id", "--stable", input=diff).stdout.decode().split(" ")[0]
         result.append(
             {
-                "name": trailers.get("Patch-Filename", ""),
-                "feature": trailers.get("Feature", ""),
+                "name": name,
+                "feature": feature,
                 "upstream_status": trailers.get("Upstream-Status", ""),
                 "subject": out(tree, "log", "-1", "--format=%s", sha),
                 "patch_id": patch_id,

@@ -4,8 +4,8 @@
   ``task-sdk/dev/generate_task_sdk_models.py`` (datamodel-codegen 0.77.0 against the patched
   Execution API's OpenAPI document).
   then ``ruff format``, as upstream's prek hooks do.
-- ``.../core_api/openapi/v2-rest-api-generated.yaml``: ``dev/generate_rest_api_spec.py``, the same
-  procedure as upstream's in-container generator.
+- ``.../core_api/openapi/v2-rest-api-generated.yaml`` and the UI's ``_private_ui.yaml``:
+  ``dev/generate_rest_api_spec.py``, the same procedure as upstream's in-container generator.
 - ``task-sdk/.../execution_time/schema/schema.json``: ``dev/dump_supervisor_schemas.py``, the same
   document as upstream's ``generate-supervisor-schemas-snapshot`` hook.
 
@@ -31,8 +31,9 @@ from pstool.paths import BUILD_DIR, ROOT, tree_dir, venv_dir
 
 SDK_MODELS = "task-sdk/src/airflow/sdk/api/datamodels/_generated.py"
 REST_SPEC = "airflow-core/src/airflow/api_fastapi/core_api/openapi/v2-rest-api-generated.yaml"
+UI_SPEC = "airflow-core/src/airflow/api_fastapi/core_api/openapi/_private_ui.yaml"
 SUPERVISOR_SCHEMA = "task-sdk/src/airflow/sdk/execution_time/schema/schema.json"
-GENERATED = (SDK_MODELS, REST_SPEC, SUPERVISOR_SCHEMA)
+GENERATED = (SDK_MODELS, REST_SPEC, UI_SPEC, SUPERVISOR_SCHEMA)
 GENERATOR_ROOT = ROOT / "dev" / "generator-root"
 CACHE = BUILD_DIR / "generated-check.json"
 

@@ -73,6 +73,7 @@ def is_generated(path: str) -> bool:
     return (
         "/ui/dist/" in path
         or path.endswith("-generated.yaml")
+        or path.endswith("core_api/openapi/_private_ui.yaml")
         or path.endswith("sdk/api/datamodels/_generated.py")
         or path.endswith("sdk/execution_time/schema/schema.json")
         or path.endswith("airflow/git_version")

@@ -136,27 +136,39 @@ def _slug(subject: str) -> str:
     return slug[:60].rstrip("-") or "patch"
 
 
-def render_series(tree: Path) -> dict[str, bytes]:
-    """Format every commit after the base as a patch file; return {relative path: bytes}."""
+def commit_patch_names(tree: Path) -> list[tuple[str, str, str]]:
+    """(commit sha, patch file name, feature) for every commit after the base, in order.
+
+    The name comes from the ``Patch-Filename`` trailer that checkout adds; a new commit gets
+    ``<feature>/<NNNN>-<slug of subject>.patch`` from its ``Feature`` trailer.
+    """
     commits = out(tree, "rev-list", "--reverse", f"{BASE_REF}..HEAD").split()
-    rendered: dict[str, bytes] = {}
-    order: list[tuple[str, str]] = []
+    result: list[tuple[str, str, str]] = []
     for sha in commits:
-        data = git(tree, *FORMAT_PATCH_ARGS, "-1", sha).stdout
-        trailers = parse_trailers(message_of(data))
+        message = out(tree, "log", "-1", "--format=%B", sha)
+        trailers = parse_trailers(message)
+        feature = trailers.get("Feature", "")
+        subject = out(tree, "log", "-1", "--format=%s", sha)
+        if not feature:
+            raise PatchsetError(f"commit {sha[:12]} ({subject!r}) has no Feature: trailer")
         name = trailers.get("Patch-Filename")
         if not name:
-            feature = trailers.get("Feature")
-            if not feature:
-                subject = out(tree, "log", "-1", "--format=%s", sha)
-                raise PatchsetError(f"commit {sha[:12]} ({subject!r}) has no Feature: trailer")
-            subject = out(tree, "log", "-1", "--format=%s", sha)
-            number = sum(1 for _, f in order if f == feature) + 1
+            number = sum(1 for _, _, f in result if f == feature) + 1
             name = f"{feature}/{number:04d}-{_slug(subject)}.patch"
-        if name in rendered:
+        if any(name == n for _, n, _ in result):
             raise PatchsetError(f"two commits export to {name}")
+        result.append((sha, name, feature))
+    return result
+
+
+def render_series(tree: Path) -> dict[str, bytes]:
+    """Format every commit after the base as a patch file; return {relative path: bytes}."""
+    rendered: dict[str, bytes] = {}
+    order: list[tuple[str, str]] = []
+    for sha, name, feature in commit_patch_names(tree):
+        data = git(tree, *FORMAT_PATCH_ARGS, "-1", sha).stdout
         rendered[name] = strip_trailers(data, ("Patch-Filename",))
-        order.append((name, trailers.get("Feature", "")))
+        order.append((name, feature))
     lines = [
         "# airflow-patchset series, applied in this order with strict `git am` (pstool checkout).",
         "# One patch is one future upstream PR; its trailers name the feature, its upstream status",

@@ -61,7 +61,7 @@ with DAG(
         if ti.try_number == 1:
             time.sleep(1)
             _lose_worker()
-        return "finished on try %d" % ti.try_number
+        return f"finished on try {ti.try_number}"
 
     @task(retries=0, max_infra_retries=0)
     def not_safe_to_rerun(ti=None):

@@ -260,7 +260,8 @@ def test_task_loaded_from_the_serialized_dag_when_not_attached(infra_config):
         _start_try(session, ti, attach_task=False)
         ti = _ti(session, run_id, "r0")
         decision = decide_retry(ti, failure_cause=INFRA, retry_eligible=False)
-        assert decision.retry is True and decision.infra_retry.granted
+        assert decision.retry is True
+        assert decision.infra_retry.granted
         session.commit()
         session.refresh(ti)
         assert (ti.infra_retry_count, ti.max_tries) == (1, 1)
@@ -270,16 +271,17 @@ def test_mapped_task_instances_have_their_own_counters(infra_config):
     infra_config(max_infra_retries=None, delay=1)
     with _session() as session:
         run_id = _new_run(session)
+        from sqlalchemy import select
+
         from airflow.models.dagrun import DagRun
 
-        dr = session.scalar(
-            __import__("sqlalchemy").select(DagRun).where(DagRun.dag_id == DAG_ID, DagRun.run_id == run_id)
-        )
+        dr = session.scalar(select(DagRun).where(DagRun.dag_id == DAG_ID, DagRun.run_id == run_id))
         dr.dag = _dag(session)
         dr.task_instance_scheduling_decisions(session=session)  # expands the mapped task
         session.commit()
         ti0, ti1 = _ti(session, run_id, "mapped", 0), _ti(session, run_id, "mapped", 1)
-        assert ti0 is not None and ti1 is not None
+        assert ti0 is not None
+        assert ti1 is not None
         _start_try(session, ti0)
         assert _fail(session, ti0, INFRA) == "up_for_retry"  # partial(max_infra_retries=1)
         _start_try(session, ti0)

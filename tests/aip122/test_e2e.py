@@ -77,7 +77,10 @@ class Stack:
 
     def schedulers(self, count: int, extra_env: dict[str, str]) -> AirflowEnv:
         env = AirflowEnv(
-            VENV, self.base.home, db_url=self.db_url, dags_folder=self.base.dags_folder,
+            VENV,
+            self.base.home,
+            db_url=self.db_url,
+            dags_folder=self.base.dags_folder,
             extra_env={**self.common_env, **extra_env},
         )
         for i in range(count):
@@ -224,7 +227,9 @@ def test_infra_retries_with_two_schedulers(stack: Stack):
 
     # HA: across both schedulers each failure was decided exactly once.
     decisions = [d for text in logs for d in _decision_lines(text) if d["dag_id"] == "aip122_ha"]
-    granted = [(d["task_id"], d["map_index"], d["try_number"]) for d in decisions if d["infra_retry"] == "granted"]
+    granted = [
+        (d["task_id"], d["map_index"], d["try_number"]) for d in decisions if d["infra_retry"] == "granted"
+    ]
     assert len(granted) == len(set(granted)) == 1 + 2 + 4 * 2
     denied = sorted((d["task_id"], d["reason"]) for d in decisions if d["infra_retry"] == "denied")
     assert denied == [("kill_always", "cap_reached"), ("opt_out", "task_opt_out")]

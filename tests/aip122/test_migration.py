@@ -118,7 +118,13 @@ def test_postgresql_upgrade_sql_is_a_plain_add_column(tmp_path):
     with _database("postgresql", tmp_path) as url:
         env = harness.AirflowEnv(VENV, tmp_path / "home", db_url=url)
         out = env.airflow(
-            "db", "migrate", "--show-sql-only", "--from-revision", DOWN_REVISION, "--to-revision", REVISION,
+            "db",
+            "migrate",
+            "--show-sql-only",
+            "--from-revision",
+            DOWN_REVISION,
+            "--to-revision",
+            REVISION,
             timeout=180,
         ).stdout
     statements = [line.strip().rstrip(";") for line in out.splitlines() if "infra_retry_count" in line]

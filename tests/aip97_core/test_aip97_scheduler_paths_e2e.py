@@ -125,6 +125,7 @@ def scenario(tmp_path_factory, patched_venv) -> Scenario:
                 }
                 finished = all(rows.get(t) == "failed" for t in EXPECTED)
                 finished = finished and rows.get("downstream") == "upstream_failed"
+                finished = finished and rows.get("skipped_by_rule") == "skipped"
                 callbacks = _read_jsonl(callback_out)
                 # infra_fail: retry + failure callback; legacy_fail: failure callback.
                 return finished and len(callbacks) >= 3
@@ -183,6 +184,11 @@ def test_cause_and_reason_are_persisted(scenario):
         live["downstream"]["failure_cause"],
         live["downstream"]["failure_reason"],
     ) == (None, None)
+    assert live["skipped_by_rule"]["state"] == "skipped"
+    assert (
+        live["skipped_by_rule"]["failure_cause"],
+        live["skipped_by_rule"]["failure_reason"],
+    ) == (None, None)
 
     history = _ti_rows(scenario.url, "task_instance_history")
     infra_tries = [r for r in history if r["task_id"] == "infra_fail"]
@@ -199,7 +205,9 @@ def test_exactly_one_log_line_per_failure(scenario):
     by_task: dict[str, list[dict]] = {}
     for fields in lines:
         by_task.setdefault(fields["task_id"], []).append(fields)
-    assert set(by_task) == set(EXPECTED)  # nothing for the upstream_failed task
+    assert set(by_task) == set(
+        EXPECTED
+    )  # nothing for the upstream_failed and skipped tasks
     for task_id, (_, try_number, cause, reason, source) in EXPECTED.items():
         expected_tries = list(range(1, try_number + 1))
         assert [int(f["try_number"]) for f in by_task[task_id]] == expected_tries, (

@@ -42,13 +42,16 @@ def test_migration_downgrade_and_upgrade():
         def run(*args: str) -> None:
             subprocess.run([AIRFLOW, "db", *args], env=env, check=True, capture_output=True, timeout=200)
 
-        run("migrate")
+        # Later features chain their migrations after this one: pin the revision under test.
+        run("migrate", "--to-revision", REVISION)
         assert {"asset_event_idempotency_key", f"@{REVISION}"} <= _tables(raw)
         run("downgrade", "-r", PREVIOUS, "-y")
         after_down = _tables(raw)
         assert "asset_event_idempotency_key" not in after_down and f"@{PREVIOUS}" in after_down
-        run("migrate")
+        run("migrate", "--to-revision", REVISION)
         assert {"asset_event_idempotency_key", f"@{REVISION}"} <= _tables(raw)
+        run("migrate")  # and on to the head of the whole series
+        assert "asset_event_idempotency_key" in _tables(raw)
         import psycopg2
 
         conn = psycopg2.connect(raw)

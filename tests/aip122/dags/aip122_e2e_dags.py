@@ -32,7 +32,9 @@ def _record(kind):
                 "task_id": ti.task_id,
                 "map_index": ti.map_index,
                 "try_number": ti.try_number,
-                "failure_cause": None if context.get("failure_cause") is None else str(context["failure_cause"]),
+                "failure_cause": None
+                if context.get("failure_cause") is None
+                else str(context["failure_cause"]),
             }
             f.write(json.dumps(record) + "\n")
 
@@ -53,9 +55,7 @@ with DAG("aip122_default", schedule=None, start_date=datetime(2024, 1, 1), catch
     kill_once()
 
 
-with DAG(
-    "aip122_ha", schedule=None, start_date=datetime(2024, 1, 1), catchup=False, default_args=CALLBACKS
-):
+with DAG("aip122_ha", schedule=None, start_date=datetime(2024, 1, 1), catchup=False, default_args=CALLBACKS):
 
     @task(retries=0)
     def kill_once(ti=None):

@@ -22,7 +22,9 @@ class InfraRetryListener:
             "map_index": getattr(task_instance, "map_index", -1),
             "try_number": task_instance.try_number,
             "state": str(getattr(task_instance.state, "value", task_instance.state)),
-            "failure_cause": None if failure_cause is None else str(getattr(failure_cause, "value", failure_cause)),
+            "failure_cause": None
+            if failure_cause is None
+            else str(getattr(failure_cause, "value", failure_cause)),
         }
         with open(os.path.join(out, "listener.jsonl"), "a") as f:
             f.write(json.dumps(record) + "\n")
