@@ -94,7 +94,8 @@ def test_upgrade_then_downgrade_real_332_database(
             assert "failure_cause" not in before["columns"][table]
 
         new = harness.AirflowEnv(patched_venv, home, db_url=url)
-        new.airflow("db", "migrate")
+        # Later features (AIP-122) chain their migrations after this one: stop at the one under test.
+        new.airflow("db", "migrate", "--to-revision", REVISION)
         upgraded = _snapshot(url)
         assert upgraded["revision"] == REVISION
         for table in TABLES:
