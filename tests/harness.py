@@ -34,7 +34,8 @@ def pg_url(db: str) -> str:
     return f"postgresql+psycopg2://postgres:postgres@127.0.0.1:5432/{db}"
 
 
-def _pg_admin_execute(sql: str) -> None:
+def pg_admin_execute(sql: str) -> None:
+    """Run one statement as the PostgreSQL superuser on the ``postgres`` database (autocommit)."""
     import psycopg2
 
     conn = psycopg2.connect(
@@ -54,7 +55,7 @@ def _pg_admin_execute(sql: str) -> None:
 
 def pg_available() -> bool:
     try:
-        _pg_admin_execute("SELECT 1")
+        pg_admin_execute("SELECT 1")
     except Exception:  # noqa: BLE001 - any failure means "not available"
         return False
     return True
@@ -64,16 +65,16 @@ def pg_available() -> bool:
 def pg_database(prefix: str) -> Iterator[str]:
     """Create a fresh PostgreSQL database named ``<prefix>_<random>``; yield its SQLAlchemy URL; drop it."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}".lower()
-    _pg_admin_execute(f'CREATE DATABASE "{name}"')
+    pg_admin_execute(f'CREATE DATABASE "{name}"')
     try:
         yield pg_url(name)
     finally:
         with contextlib.suppress(Exception):
-            _pg_admin_execute(
+            pg_admin_execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
             )
-            _pg_admin_execute(f'DROP DATABASE IF EXISTS "{name}"')
+            pg_admin_execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
 def free_port() -> int:

@@ -97,7 +97,9 @@ def verify_file(pinned: PinnedFile, path: Path) -> None:
 def _download(pinned: PinnedFile, dest: Path) -> None:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest)]
     if pinned.kind == "sdist":
-        cmd += ["--no-binary", ":all:", "--no-build-isolation"]
+        # pip prepares an sdist's metadata after downloading it; that needs its build backend,
+        # which build isolation fetches from the index.
+        cmd += ["--no-binary", ":all:"]
     else:
         cmd += ["--only-binary", ":all:"]
     cmd.append(pinned.requirement)

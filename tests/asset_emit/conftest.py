@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+import harness
+
 HERE = Path(__file__).parent
 PG_ADMIN_URL = "postgresql://postgres:postgres@127.0.0.1:5432/postgres"
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -92,16 +94,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_HOME, ignore_errors=True)
 
 
-def _psql(sql: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(PG_ADMIN_URL)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-    finally:
-        conn.close()
+_psql = harness.pg_admin_execute
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:

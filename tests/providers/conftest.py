@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import harness
+
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures"
 PG_ADMIN_URL = "postgresql://postgres:postgres@127.0.0.1:5432/postgres"
@@ -45,16 +47,7 @@ def pytest_unconfigure(config):
     shutil.rmtree(_HOME, ignore_errors=True)
 
 
-def _psql(sql: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(PG_ADMIN_URL)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-    finally:
-        conn.close()
+_psql = harness.pg_admin_execute
 
 
 @pytest.fixture(scope="session")
