@@ -48,5 +48,4 @@ def test_claim_read_after_the_worker_died_still_fails_the_workload(tmp_path, mon
         assert f"worker process {pid} died (killed by SIGKILL)" in details.failure_reason
         assert pid not in executor.workers
     finally:
-        executor.workers.clear()
-        executor.end()
+        executor.end()  # also stops the worker processes start() spawned
