@@ -5,6 +5,7 @@ PY ?= python3
 PSTOOL := PYTHONPATH=$(CURDIR)/dev $(PY) -m pstool
 VENV := $(CURDIR)/.venv
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 
 .PHONY: help fetch checkout export export-check verify install wheels services test test-fast test-e2e \
         demo image export-upstream drift regenerate clean
@@ -61,7 +62,7 @@ test-e2e: services install
 	$(RUN_TESTS) -m e2e $(PYTEST_ARGS)
 
 demo: install
-	$(VENV)/bin/python dev/demo.py
+	$(VENV)/bin/python dev/demo.py $(DEMO_ARGS)
 
 image: wheels
 	@if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then \
