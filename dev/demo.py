@@ -29,7 +29,7 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
 def free_port(preferred: int) -> int:
-    for port in (preferred, 0):
+    for port in (preferred, 0) if preferred else (0,):
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))

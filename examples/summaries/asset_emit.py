@@ -54,7 +54,7 @@ def summarize() -> list[str]:
         for event in events:
             lines.append(
                 f"  event {event.id} {event.partition_key} extra={json.dumps(event.extra)} "
-                f"from {event.source_task_id} (persisted as it was emitted, kept though try 1 failed)"
+                f"from {event.source_task_id}, persisted when emitted"
             )
         value = (
             session.query(XComModel.value)
@@ -67,7 +67,9 @@ def summarize() -> list[str]:
         )
     if value is not None:
         result = json.loads(value) if isinstance(value, str) else value
-        lines.append(f"  retry resumed after batch {result.get('resumed_after')} (task state store checkpoint)")
+        done = result.get("resumed_after")
+        lines.append(f"  try 1 emitted batches 1-{done}, then failed; those events stay published")
+        lines.append(f"  try 2 resumed after batch {done} (task state store checkpoint)")
         for receipt in result.get("receipts", []):
             lines.append(f"  receipt: {receipt}")
     for run_id, key, state in sorted(_consumer_runs(), key=lambda r: r[1] or ""):
