@@ -83,6 +83,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_isolated_script(script: str, home: Path, *, timeout: float = 100) -> Any:
+    """
+    Run ``script`` in a fresh interpreter with its own AIRFLOW_HOME and SQLite database.
+
+    Airflow reads its configuration once per process, so code that needs a clean Airflow (an
+    executor, the ORM) runs there. The script prints a JSON document as its last line; return it.
+    """
+    import json
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+    )
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def wait_for(
     predicate: Callable[[], Any],
     *,

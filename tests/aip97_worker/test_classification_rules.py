@@ -6,12 +6,8 @@ Run in a subprocess with a private AIRFLOW_HOME, because importing Airflow reads
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from harness import run_isolated_script
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,17 +52,7 @@ print(json.dumps(out, default=str))
 
 
 def test_classification_rules(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update(
-        AIRFLOW_HOME=str(tmp_path),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path}/airflow.db",
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=100
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_isolated_script(SCRIPT, tmp_path)
 
     assert out["timeout"] == "timeout"
     assert out["sensor_timeout"] == "timeout"

@@ -6,12 +6,8 @@ raced the worker's death is not reported a second time.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from harness import run_isolated_script
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,17 +53,7 @@ finally:
 
 
 def test_dead_worker_fails_its_workload_once(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update(
-        AIRFLOW_HOME=str(tmp_path),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path}/airflow.db",
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=100
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_isolated_script(SCRIPT, tmp_path)
     assert list(out["held"].values()) == [
         "TaskInstanceKey(dag_id='d', task_id='t', run_id='r', try_number=1, map_index=-1)"
     ]
