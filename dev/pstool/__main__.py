@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="fail if any byte of patches/ would change")
     p = sub.add_parser("verify", help="series hygiene, trailers, strict apply, per-feature apply, generated files")
     p.add_argument("--no-generated", action="store_true", help="skip re-running the generators")
+    p = sub.add_parser("check", help="run upstream's review checks (pstool.checks) on a materialized tree")
+    p.add_argument("--tree", type=Path)
+    p.add_argument("--only", action="append", help="run only this check (repeatable)")
     p = sub.add_parser("build", help="build patched wheels with a local version label into dist/")
     p.add_argument("--tree", type=Path)
     p = sub.add_parser("install", help="create or refresh .venv with the patched wheels and test dependencies")
@@ -57,6 +60,18 @@ def main(argv: list[str] | None = None) -> int:
             from pstool.verify import verify
 
             return verify(generated=not args.no_generated)
+        elif args.command == "check":
+            from pstool.checks import CHECKS, run_checks
+            from pstool.paths import tree_dir
+
+            unknown = sorted(set(args.only or ()) - set(CHECKS))
+            if unknown:
+                raise PatchsetError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECKS)}")
+            findings = run_checks(args.tree or tree_dir(), args.only)
+            for finding in findings:
+                print(finding)
+            print(f"{len(findings)} finding(s) from {', '.join(args.only or CHECKS)}")
+            return 1 if findings else 0
         elif args.command == "build":
             from pstool.build import build
 

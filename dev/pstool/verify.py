@@ -9,6 +9,7 @@
 5. Nothing already upstream: no patch reverse-applies to the pristine base.
 6. Generated files: a patch touches ``ui/dist``, ``*-generated.yaml`` or ``_generated.py`` only if
    upstream's generator reproduces the file (see ``pstool.generated``).
+7. Upstream's review checks (``pstool.checks``): on the whole series and on each feature alone.
 """
 
 from __future__ import annotations
@@ -85,20 +86,35 @@ def check_strict_apply(patches: list[Patch]) -> Path:
     return tree
 
 
-def check_features_alone(patches: list[Patch]) -> list[str]:
+def check_features_alone(patches: list[Patch], *, review_checks: bool = False) -> list[str]:
     report = []
     for feature in features_in_order(patches):
         closure = dependency_closure(feature, patches)
         subset = [p for p in patches if p.feature in closure]
         tree = scratch_tree()
         try:
-            apply_series(tree, subset)
-        except PatchsetError as err:
-            raise PatchsetError(f"feature {feature} (with {sorted(closure - {feature}) or 'no deps'}) does not apply on its own: {err}") from err
+            try:
+                apply_series(tree, subset)
+            except PatchsetError as err:
+                raise PatchsetError(f"feature {feature} (with {sorted(closure - {feature}) or 'no deps'}) does not apply on its own: {err}") from err
+            if review_checks:
+                require_review_checks(tree, f"feature {feature} (with {sorted(closure - {feature}) or 'no deps'})")
         finally:
             shutil.rmtree(tree, ignore_errors=True)
-        report.append(f"{feature}: applies alone with {', '.join(sorted(closure - {feature})) or 'no dependencies'}")
+        report.append(
+            f"{feature}: applies alone with {', '.join(sorted(closure - {feature})) or 'no dependencies'}"
+            + (", review checks pass" if review_checks else "")
+        )
     return report
+
+
+def require_review_checks(tree: Path, what: str) -> None:
+    """Run upstream's review checks (``pstool.checks``) on ``tree``; any finding is an error."""
+    from pstool.checks import run_checks
+
+    findings = run_checks(tree)
+    if findings:
+        raise PatchsetError(f"upstream's review checks fail on {what}:\n" + "\n".join(f"  {f}" for f in findings))
 
 
 def check_not_upstream(patches: list[Patch], base_tree: Path) -> None:
@@ -122,7 +138,11 @@ def verify(*, generated: bool = True) -> int:
     tree = check_strict_apply(patches)
     try:
         print("ok  strict apply: whole series, no fuzz, no offset, no 3-way")
-        for line in check_features_alone(patches):
+        require_review_checks(tree, "the whole series")
+        from pstool.checks import CHECKS
+
+        print(f"ok  upstream's review checks on the whole series: {', '.join(CHECKS)}")
+        for line in check_features_alone(patches, review_checks=True):
             print(f"ok  {line}")
         gen_touched = sorted({p for patch in patches for p in touched_paths(patch) if is_generated(p)})
         forbidden = [p for p in gen_touched if "/ui/dist/" in p or p.endswith("git_version")]
