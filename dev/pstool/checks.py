@@ -434,8 +434,9 @@ def _registry_patterns(text: str | None) -> list[re.Pattern[str]]:
     return [re.compile("^" + re.sub(r"\\\{[^}]*\\\}", ".+", re.escape(n)) + "$") for n in names]
 
 
-_STATS_CALL = re.compile(r"\b[Ss]tats\.(?:%s)\(\s*(f?)([\"'])(.+?)\2" % "|".join(STATS_METHODS))
-_DIRECT_IMPORT = re.compile(r"from\s+\S*observability\.metrics\.stats\s+import\s+.*\b(?:%s)\b" % "|".join(STATS_METHODS))
+_METHODS = "|".join(STATS_METHODS)
+_STATS_CALL = re.compile(rf"\b[Ss]tats\.(?:{_METHODS})\(\s*(f?)([\"'])(.+?)\2")
+_DIRECT_IMPORT = re.compile(rf"from\s+\S*observability\.metrics\.stats\s+import\s+.*\b(?:{_METHODS})\b")
 
 
 def check_metrics_registry(tree: Tree) -> list[Finding]:

@@ -7,7 +7,6 @@ upstream files) and runs the real ``pstool check`` command on it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -122,7 +121,7 @@ def test_a_changed_supervisor_schema_body_without_a_schema_version_fails(pristin
 
         data = json.loads(text)
         defs = data.get("$defs") or data["definitions"]
-        first = sorted(defs)[0]
+        first = min(defs)
         defs[first]["description"] = "changed by a patch"
         return json.dumps(data, indent=2) + "\n"
 
