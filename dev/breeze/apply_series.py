@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Apply one feature's upstream series to an Apache Airflow checkout, ready for Breeze.
+
+    python3 dev/breeze/apply_series.py --checkout ~/src/airflow aip-122
+    python3 dev/breeze/apply_series.py --checkout ~/src/airflow --check        # only check the checkout
+
+Steps, each of which stops with a clear error and changes nothing when it fails:
+
+1. The checkout is a git work tree, with no uncommitted change (staged, unstaged or untracked
+   outside ``files/``), and its HEAD is the series' base commit: the upstream release commit named
+   in ``upstream.lock`` (``[upstream] commit``; ``--base-commit`` overrides it).
+2. The feature's series is exported with ``pstool export-upstream`` (or read from ``--series``) and
+   applied with ``git am`` (no 3-way). A patch that does not apply aborts the ``git am``, leaving the
+   checkout at the base commit.
+3. ``files/airflow-breeze-config/environment_variables.env`` in the checkout gets a marked block with
+   the settings that turn the features on (``dev/breeze/airflow-breeze-config``); Breeze sources that
+   file when it enters its container. The contributor's own lines outside the block are kept.
+
+Stdlib only: it runs with any Python 3.11+, outside the project's virtualenv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG_SOURCE = Path(__file__).resolve().parent / "airflow-breeze-config" / "environment_variables.env"
+CONFIG_TARGET = Path("files") / "airflow-breeze-config" / "environment_variables.env"
+BEGIN = "# >>> airflow-patchset (managed by dev/breeze/apply_series.py; edits inside are replaced) >>>"
+END = "# <<< airflow-patchset <<<"
+
+
+class CheckoutError(Exception):
+    """The checkout is not where the series can be applied, or applying it failed."""
+
+
+def _git(checkout: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(["git", "-C", str(checkout), *args], check=False, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise CheckoutError(f"git {' '.join(args)} failed in {checkout}:\n{proc.stderr.strip()}")
+    return proc
+
+
+def lock_base_commit() -> str:
+    return tomllib.loads((REPO / "upstream.lock").read_text())["upstream"]["commit"]
+
+
+def check_checkout(checkout: Path, base_commit: str) -> None:
+    """Raise :class:`CheckoutError` unless ``checkout`` is a clean work tree at ``base_commit``."""
+    if not checkout.is_dir():
+        raise CheckoutError(f"{checkout} does not exist")
+    if _git(checkout, "rev-parse", "--is-inside-work-tree", check=False).stdout.strip() != "true":
+        raise CheckoutError(f"{checkout} is not a git work tree")
+    in_progress = _git(checkout, "rev-parse", "--git-path", "rebase-apply").stdout.strip()
+    if (checkout / in_progress).exists():
+        raise CheckoutError(f"{checkout} has a git am or rebase in progress; finish or abort it first")
+    dirty = [
+        line for line in _git(checkout, "status", "--porcelain", "--untracked-files=all").stdout.splitlines()
+        if not line[3:].startswith("files/")
+    ]
+    if dirty:
+        shown = "\n".join(f"  {line}" for line in dirty[:10])
+        raise CheckoutError(
+            f"{checkout} has uncommitted changes; commit or stash them first:\n{shown}"
+            + (f"\n  ... and {len(dirty) - 10} more" if len(dirty) > 10 else "")
+        )
+    head = _git(checkout, "rev-parse", "HEAD").stdout.strip()
+    if head != base_commit:
+        raise CheckoutError(
+            f"{checkout} is at {head[:12]}, not at the series' base commit {base_commit[:12]}.\n"
+            f"Start a branch there first:  git -C {checkout} checkout -b <feature> {base_commit}"
+        )
+
+
+def export_series(feature: str) -> Path:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pstool", "export-upstream", feature],
+        check=False,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO / "dev")},
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise CheckoutError(f"pstool export-upstream {feature} failed:\n{proc.stderr.strip()}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def series_patches(series_dir: Path) -> list[Path]:
+    patches = sorted(p for p in series_dir.glob("[0-9][0-9][0-9][0-9]-*.patch") if not p.name.startswith("0000-"))
+    if not patches:
+        raise CheckoutError(f"{series_dir} holds no patches (expected 0001-*.patch, ...)")
+    return patches
+
+
+def apply_patches(checkout: Path, patches: list[Path]) -> None:
+    proc = _git(checkout, "am", "--no-3way", *map(str, patches), check=False)
+    if proc.returncode != 0:
+        _git(checkout, "am", "--abort", check=False)
+        raise CheckoutError(f"git am failed; the checkout was left at the base commit:\n{proc.stdout.strip()}\n{proc.stderr.strip()}")
+
+
+def write_breeze_config(checkout: Path) -> Path:
+    target = checkout / CONFIG_TARGET
+    target.parent.mkdir(parents=True, exist_ok=True)
+    kept: list[str] = []
+    inside = False
+    for line in (target.read_text().splitlines() if target.exists() else []):
+        if line == BEGIN:
+            inside = True
+        elif line == END:
+            inside = False
+        elif not inside:
+            kept.append(line)
+    block = [BEGIN, *CONFIG_SOURCE.read_text().rstrip("\n").splitlines(), END]
+    target.write_text("\n".join([*kept, *block]) + "\n")
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("feature", nargs="?", help="feature to apply, e.g. aip-122")
+    parser.add_argument("--checkout", type=Path, required=True, help="the upstream Airflow checkout")
+    parser.add_argument("--series", type=Path, help="an exported series directory (default: export it now)")
+    parser.add_argument("--base-commit", help="expected HEAD of the checkout (default: upstream.lock's commit)")
+    parser.add_argument("--check", action="store_true", help="only check that the checkout is clean and at the base")
+    args = parser.parse_args(argv)
+    base = args.base_commit or lock_base_commit()
+    try:
+        check_checkout(args.checkout, base)
+        if args.check:
+            print(f"{args.checkout}: clean, at the series' base commit {base[:12]}")
+            return 0
+        if not args.feature and not args.series:
+            parser.error("name a feature (or --series DIR)")
+        patches = series_patches(args.series or export_series(args.feature))
+        apply_patches(args.checkout, patches)
+        config = write_breeze_config(args.checkout)
+    except CheckoutError as err:
+        print(f"apply_series: error: {err}", file=sys.stderr)
+        return 1
+    print(f"applied {len(patches)} patch(es) to {args.checkout}; Breeze settings in {config}")
+    print("next: breeze testing core-tests --test-type Other   (or: breeze shell, then pytest)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
