@@ -7,14 +7,15 @@ VENV := $(CURDIR)/.venv
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
-.PHONY: help fetch checkout export export-check verify install wheels services test test-fast test-e2e \
-        demo image export-upstream drift regenerate clean
+.PHONY: help fetch checkout export export-check check verify install wheels services test test-fast test-e2e \
+        demo image export-upstream drift regenerate breeze-apply clean
 
 help:
 	@echo "make test       bootstrap everything and run the whole test suite (what CI runs)"
 	@echo "make demo       start the patched Airflow locally and run the example Dags"
 	@echo "make install    fetch + checkout (if needed) + build patched wheels + refresh .venv"
-	@echo "make verify     series hygiene, trailers, strict apply, per-feature apply, generated files"
+	@echo "make verify     series hygiene, trailers, strict apply, per-feature apply, review checks, generated files"
+	@echo "make check      upstream's review checks on build/tree (pstool check)"
 	@echo "make checkout   materialize build/tree (pristine base commit + series, strict git am)"
 	@echo "make export     rewrite patches/ from build/tree's commits (byte-stable)"
 	@echo "make wheels     build patched wheels into dist/"
@@ -42,6 +43,9 @@ wheels:
 
 regenerate:
 	$(PSTOOL) regenerate
+
+check:
+	$(PSTOOL) check
 
 verify: install
 	$(PSTOOL) verify
@@ -75,6 +79,10 @@ image: wheels
 export-upstream:
 	@test -n "$(FEATURE)" || (echo "usage: make export-upstream FEATURE=<feature>" >&2; exit 2)
 	$(PSTOOL) export-upstream $(FEATURE)
+
+breeze-apply:
+	@test -n "$(FEATURE)" -a -n "$(CHECKOUT)" || (echo "usage: make breeze-apply FEATURE=<feature> CHECKOUT=<upstream checkout>" >&2; exit 2)
+	$(PY) dev/breeze/apply_series.py --checkout $(CHECKOUT) $(FEATURE)
 
 drift:
 	@test -n "$(VERSION)" || (echo "usage: make drift VERSION=<apache-airflow-core version>" >&2; exit 2)
