@@ -12,7 +12,7 @@ path under test. Dags: ``dags/aip122_guarantee_dags.py``.
   by any worker straight to the Execution API route, is recorded as ``unknown`` and never earns an
   infra retry.
 * Callbacks of a killed task process run exactly once each, in the Dag processor, with the cause and
-  the reason in their context.
+  the reason in their context, and its retry and failure e-mails are sent once each.
 """
 
 from __future__ import annotations
@@ -129,6 +129,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN": "0.05",
         "AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MAX": "0.2",
         "AIP122G_OUT": str(out),
+        # E-mails are recorded by a real backend callable instead of being sent over SMTP.
+        "AIRFLOW__EMAIL__EMAIL_BACKEND": "aip122_email_sink.send_email",
+        "PYTHONPATH": str(HERE / "pythonpath"),
     }
     with pg_database("t_aip122_guar") as db_url:
         env = AirflowEnv(VENV, home, db_url=db_url, extra_env=extra_env)
@@ -274,6 +277,13 @@ def test_callbacks_of_a_killed_task_process_run_once_each_in_the_dag_processor(s
         p.read_text(errors="replace") for p in (stack.env.home / "logs").rglob("*.log") if "dag_processor" in str(p)
     ]
     assert sum(text.count("Executing Task callback at index 0: callback") for text in callback_logs) == 2
+    # email_on_retry / email_on_failure behave as for any failed try: one e-mail each, sent by the
+    # Dag processor (the task process was dead).
+    emails = [e for e in stack.jsonl("emails.jsonl") if "oom_killed" in e["subject"]]
+    assert len(emails) == 2, emails
+    assert [e["to"] for e in emails] == [["ops@example.invalid"]] * 2
+    assert "Try 1 out of 2" in emails[0]["html"] and "Try 2 out of 2" in emails[1]["html"], emails
+    assert all("SIGKILL" in e["html"] for e in emails)
     history = stack.query(
         "SELECT try_number, state, failure_cause FROM task_instance_history WHERE dag_id = %(d)s", d=dag_id
     )

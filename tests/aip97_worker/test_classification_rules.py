@@ -105,5 +105,5 @@ def test_classification_rules(tmp_path):
         "application": "application",
         "timeout": "timeout",
         "unknown": "unknown",
-        "None": "None",
+        "null": "None",  # json.dumps writes the key None as "null"
     }

@@ -8,7 +8,8 @@ Dags for tests/aip122/test_worker_guarantees_e2e.py: the guarantees that make in
 * ``aip122_spoof``: the task process forges ``TaskState(failed, failure_cause="infra")`` over the
   supervisor channel and exits: it must not be recorded as infra nor earn an infra retry.
 * ``aip122_killed_callbacks``: a ``retries=1`` task whose task process is SIGKILLed (as by the OOM
-  killer) on every try; its retry and failure callbacks must each run once, in the Dag processor.
+  killer) on every try; its retry and failure callbacks (and e-mails) must each run once, in the Dag
+  processor.
 * ``aip122_route_probe``: plain tasks whose task instances the route probe reuses.
 """
 
@@ -99,6 +100,9 @@ with DAG("aip122_killed_callbacks", schedule=None, start_date=datetime(2024, 1, 
         retry_delay=timedelta(seconds=1),
         on_retry_callback=_record("retry"),
         on_failure_callback=_record("failure"),
+        email=["ops@example.invalid"],
+        email_on_retry=True,
+        email_on_failure=True,
     )
     def oom_killed():
         os.kill(os.getpid(), signal.SIGKILL)
