@@ -444,8 +444,10 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
 @pytest.mark.parametrize(
     ("cause", "expected"),
     [
-        ("infra", ("up_for_retry", 1, 1, 3.0)),
-        ("application", ("failed", 0, 0, None)),
+        # Trust boundary (issue 9, part 2): a worker-reported infra is recorded as unknown and never
+        # granted; only executor-side or scheduler-side evidence earns an infra retry.
+        ("infra", ("failed", 0, 0, None, "unknown")),
+        ("application", ("failed", 0, 0, None, "application")),
     ],
 )
 def test_worker_reported_failure_through_the_execution_api(infra_config, cause, expected):
@@ -475,4 +477,6 @@ def test_worker_reported_failure_through_the_execution_api(infra_config, cause, 
     assert resp.status_code in (200, 204), resp.text
     with _session() as session:
         ti = _ti(session, run_id, "r0")
-        assert (ti.state, ti.max_tries, ti.infra_retry_count, ti.retry_delay_override) == expected
+        got = (ti.state, ti.max_tries, ti.infra_retry_count, ti.retry_delay_override, ti.failure_cause)
+        assert got == expected
+        assert ti.failure_reason == "reported by a worker"

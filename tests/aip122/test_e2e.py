@@ -35,6 +35,13 @@ VENV = Path(sys.executable).parent.parent
 FINISHED = {"success", "failed"}
 
 
+def _http_ok(url: str) -> bool:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.status == 200
+
+
 class Stack:
     def __init__(self, base: AirflowEnv, db_url: str, out: Path, common_env: dict[str, str]) -> None:
         self.base = base
@@ -130,6 +137,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         try:
             base.airflow("db", "migrate", timeout=300)
             base.start("api-server")
+            # Tasks fail with ConnectError if they start before the Execution API listens (seen on
+            # a loaded machine: the default-config test then recorded unknown instead of infra).
+            wait_for(
+                lambda: _http_ok(f"http://127.0.0.1:{port}/execution/health"),
+                timeout=180,
+                what="api-server health",
+            )
             base.start("dag-processor")
             yield Stack(base, db_url, out, common)
         finally:

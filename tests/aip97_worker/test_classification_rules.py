@@ -21,6 +21,8 @@ from airflow.sdk.execution_time.failure_classification import (
 )
 from airflow.sdk.execution_time.supervisor import TaskExitCode
 from airflow.executors.local_worker_reports import failure_from_task_exit, worker_death_failure
+from airflow.sdk.execution_time.failure_classification import cause_from_task_process
+from airflow.sdk.execution_time.parent_death import task_process_dies_with_supervisor
 
 errors = {
     "timeout": AirflowTaskTimeout("Timeout, PID: 1"),
@@ -46,7 +48,15 @@ out["task_exit_failed"] = list(failure_from_task_exit(TaskExitCode(-9, final_sta
 out["task_exit_server_terminated"] = failure_from_task_exit(TaskExitCode(-15, final_state="SERVER_TERMINATED"))
 out["task_exit_ok"] = failure_from_task_exit(TaskExitCode(0, final_state="success"))
 out["task_exit_plain_int"] = failure_from_task_exit(-9)
-out["worker_death"] = list(worker_death_failure(123, -9))
+out["worker_death"] = list(worker_death_failure(123, -9, task_process_dies_with_supervisor=True))
+out["worker_death_no_guarantee"] = list(
+    worker_death_failure(123, -9, task_process_dies_with_supervisor=False)
+)
+out["worker_death_default"] = list(worker_death_failure(123, -9))
+out["dies_with_supervisor"] = task_process_dies_with_supervisor()
+out["from_task_process"] = {
+    c: str(cause_from_task_process(c)) for c in ("infra", "application", "timeout", "unknown", None)
+}
 print(json.dumps(out, default=str))
 """
 
@@ -76,5 +86,24 @@ def test_classification_rules(tmp_path):
     assert out["task_exit_server_terminated"] is None
     assert out["task_exit_ok"] is None
     assert out["task_exit_plain_int"] is None
+    # A lost worker is infra only where its task process provably died with it (Linux here).
+    assert out["dies_with_supervisor"] is True
     assert out["worker_death"][0] == "infra"
     assert out["worker_death"][1].startswith("LocalExecutor worker process 123 died (killed by SIGKILL)")
+    # The reason is true to the cause: no OOM hint on an infra failure (issue 9, part 5).
+    assert "OOM" not in out["worker_death"][1]
+    assert "died with it" in out["worker_death"][1]
+    assert out["worker_death_default"] == out["worker_death"]
+    # Without the guarantee the task process may still run: never infra, and the reason says why.
+    cause, reason = out["worker_death_no_guarantee"]
+    assert cause == "unknown"
+    assert "cannot guarantee" in reason and "OOM" not in reason
+
+    # The supervisor forwards only what the task runner may report: infra becomes unknown.
+    assert out["from_task_process"] == {
+        "infra": "unknown",
+        "application": "application",
+        "timeout": "timeout",
+        "unknown": "unknown",
+        "null": "None",  # json.dumps writes the key None as "null"
+    }

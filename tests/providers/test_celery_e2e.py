@@ -4,8 +4,9 @@ End to end: a real Celery worker loses the pool child running a task; the schedu
 One stack for the module: a private PostgreSQL database, Redis (its own database number) as broker
 and result backend, ``airflow api-server``, ``airflow dag-processor``, ``airflow scheduler`` with
 the CeleryExecutor and ``airflow celery worker``, each in its own process group (tests/harness.py).
-The task's first try SIGKILLs its supervisor, i.e. the Celery pool child; Celery records
-``WorkerLostError`` and the executor reports it.
+The task's first try SIGKILLs its supervisor, i.e. the Celery pool child, and keeps running task code
+for 30 s; Celery records ``WorkerLostError`` and the executor reports it. The task process must die
+with its supervisor, so no try-1 code runs once try 2 has started.
 
 When AIP-122 is installed (``[core] max_infra_retries`` exists in config.yml) the stack runs with
 ``max_infra_retries = 1`` and the task, which has ``retries=0``, must succeed on its second try.
@@ -13,8 +14,10 @@ When AIP-122 is installed (``[core] max_infra_retries`` exists in config.yml) th
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -66,6 +69,8 @@ def celery_run(tmp_path_factory):
     broker.ping()
     broker.flushdb()
     home = tmp_path_factory.mktemp("aip97celery")
+    out = home / "out"
+    out.mkdir()
     port = free_port()
     extra_env = {
         "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
@@ -84,6 +89,7 @@ def celery_run(tmp_path_factory):
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
+        "AIP97CEL_OUT": str(out),
     }
     if aip122_installed():
         extra_env["AIRFLOW__CORE__MAX_INFRA_RETRIES"] = "1"
@@ -119,6 +125,8 @@ def celery_run(tmp_path_factory):
                 for name in ("scheduler", "celery-worker"):
                     print(f"--- {name} ---\n{env.log_text(name)[-5000:]}")
                 raise
+            # A try-1 process that outlived its pool child would keep writing for up to 30 s.
+            time.sleep(3)
             yield db_url, env
         finally:
             env.stop()
@@ -158,3 +166,25 @@ def test_infra_retry_succeeds_on_second_try(celery_run):
     assert [(t["try_number"], t["failure_cause"]) for t in all_tries][:1] == [(1, "infra")]
     assert all_tries[-1]["try_number"] == 2
     assert all_tries[-1]["state"] == "success"
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(420)
+@pytest.mark.skipif(not aip122_installed(), reason="AIP-122 ([core] max_infra_retries) is not installed")
+def test_lost_pool_child_stops_task_code_before_try_2(celery_run):
+    """Issue 9, part 1: by the time try 1 is recorded as infra and retried, its task code has stopped."""
+    db_url, env = celery_run
+    assert [t["try_number"] for t in tries(db_url)] == [1, 2]
+    path = Path(env.env["AIP97CEL_OUT"]) / "copy.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    try1 = [r["t"] for r in records if r["try"] == 1]
+    try2_start = [r["t"] for r in records if r["try"] == 2 and r.get("start")]
+    assert any(r["try"] == 1 and r.get("before_kill") for r in records), "try 1 never ran its task code"
+    assert len(try2_start) == 1, records[-5:]
+    live = query(db_url, "SELECT start_date FROM task_instance WHERE dag_id = %(d)s", d=DAG_ID)[0]
+    last_try1 = max(try1)
+    assert last_try1 < live["start_date"].timestamp(), (
+        f"try 1 was still running task code {last_try1 - live['start_date'].timestamp():.1f}s "
+        "after try 2 started"
+    )
+    assert last_try1 < try2_start[0]

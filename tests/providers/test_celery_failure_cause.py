@@ -129,3 +129,25 @@ def test_publish_failure_is_infra(monkeypatch):
         assert "127.0.0.1:9" in reason
     else:
         assert info is None  # exactly the event the unpatched provider wrote
+
+
+def test_worker_lost_is_infra_only_if_the_task_process_died_with_it():
+    """Issue 9, part 1: no infra for a lost pool child unless its task process provably died too."""
+    import importlib.util
+
+    from airflow.providers.celery.executors.failure_classification import (
+        classify_celery_result,
+        task_process_dies_with_pool_child,
+    )
+
+    guaranteed = classify_celery_result(WorkerLostError(LOST), task_process_dies_with_supervisor=True)
+    assert guaranteed == ("infra", f"Celery worker child process lost: {LOST}")
+    cause, reason = classify_celery_result(WorkerLostError(LOST), task_process_dies_with_supervisor=False)
+    assert cause == "unknown"
+    assert reason.startswith(f"Celery worker child process lost: {LOST} ")
+    assert "cannot guarantee that the task process died" in reason
+    # The pool child is the supervisor, so the Task SDK's guarantee covers it: on this Linux host
+    # with a Task SDK that has it, it holds; an older Task SDK gives none.
+    has_sdk_guarantee = importlib.util.find_spec("airflow.sdk.execution_time.parent_death") is not None
+    assert task_process_dies_with_pool_child() is has_sdk_guarantee
+    assert classify_celery_result(WorkerLostError(LOST)).cause == ("infra" if has_sdk_guarantee else "unknown")
