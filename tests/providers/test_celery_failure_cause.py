@@ -110,17 +110,22 @@ def execute_task_workload():
     )
 
 
-def test_publish_failure_is_infra(monkeypatch):
-    # Port 9 (discard) is closed on loopback: publishing fails with a broker connection error.
-    monkeypatch.setenv("AIRFLOW__CELERY__BROKER_URL", "redis://127.0.0.1:9/0")
+def publish_to(monkeypatch, broker_url: str):
+    """Send one workload to ``broker_url`` through the real executor; return the event it wrote."""
+    monkeypatch.setenv("AIRFLOW__CELERY__BROKER_URL", broker_url)
     celery_executor_utils._get_celery_app_for_workload.cache_clear()
     try:
         executor = CeleryExecutor()
         executor._send_workloads([(KEY, execute_task_workload(), "default", None)])
     finally:
         celery_executor_utils._get_celery_app_for_workload.cache_clear()
+    return executor.event_buffer[KEY]
 
-    state, info = executor.event_buffer[KEY]
+
+def test_publish_failure_is_infra(monkeypatch):
+    # Port 9 (discard) is closed on loopback: publishing fails with a broker connection error.
+    state, info = publish_to(monkeypatch, "redis://127.0.0.1:9/0")
+
     assert state == TaskInstanceState.FAILED
     cause, reason = event_failure(state, info)
     if core_supports_failure_cause():
@@ -129,3 +134,93 @@ def test_publish_failure_is_infra(monkeypatch):
         assert "127.0.0.1:9" in reason
     else:
         assert info is None  # exactly the event the unpatched provider wrote
+
+
+@pytest.fixture
+def password_redis(tmp_path):
+    """A real Redis that requires a password, on a free loopback port."""
+    import subprocess
+    import time
+
+    import redis
+    from harness import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--requirepass",
+            "s3cret",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        client = redis.Redis(host="127.0.0.1", port=port, password="s3cret")
+        for _ in range(50):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _configuration_error_cases():
+    # (id, broker URL or fixture marker, error type the reason must name)
+    return [
+        ("no_credentials", "redis://127.0.0.1:{port}/0", "AuthenticationError"),
+        ("wrong_password", "redis://:wrong@127.0.0.1:{port}/0", "AuthenticationError"),
+        (
+            "missing_ca_file",
+            "rediss://127.0.0.1:{port}/0?ssl_cert_reqs=required&ssl_ca_certs=/nonexistent/airflow-ca.pem",
+            "FileNotFoundError",
+        ),
+        ("unresolvable_host", "redis://no-such-broker.invalid:6379/0", "gaierror"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [c[1:] for c in _configuration_error_cases()],
+    ids=[c[0] for c in _configuration_error_cases()],
+)
+def test_publish_configuration_error_is_not_infra(monkeypatch, password_redis, url, error):
+    """A broker that refuses the credentials, a missing certificate file or a broker host name that
+    does not resolve: retrying cannot cure them, so they are never infra; the reason keeps the error."""
+    state, info = publish_to(monkeypatch, url.format(port=password_redis))
+
+    assert state == TaskInstanceState.FAILED
+    cause, reason = event_failure(state, info)
+    if core_supports_failure_cause():
+        assert cause == "unknown"
+        assert reason.startswith("Failed to send the workload to the Celery broker: OperationalError: ")
+        assert f"(caused by {error}: " in reason
+    else:
+        assert info is None
+
+
+def test_serialization_error_is_not_infra():
+    """A workload the broker's serializer cannot encode (kombu's real EncodeError) is not infra."""
+    from kombu.exceptions import EncodeError
+    from kombu.serialization import dumps
+
+    from airflow.providers.celery.executors.failure_classification import classify_publish_failure
+
+    with pytest.raises(EncodeError) as excinfo:
+        dumps(object(), serializer="json")
+    cause, reason = classify_publish_failure(excinfo.value)
+    assert cause == "unknown"
+    assert reason.startswith("Failed to send the workload to the Celery broker: EncodeError: ")

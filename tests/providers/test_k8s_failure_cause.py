@@ -82,6 +82,15 @@ ROWS = [
         'secret "airflow-connections" not found',
     ),
     ("container_error_exit_1", "MODIFIED", UNKNOWN, "Container 'base' terminated with exit code 1 (Error)"),
+    # The kubelet rejected the pod because the node was full when it got there: lack of capacity,
+    # which retrying cures (unlike the configuration errors above, which stay unknown).
+    (
+        "out_of_cpu",
+        "MODIFIED",
+        INFRA,
+        "Pod rejected by its node for lack of capacity: OutOfcpu: Pod was rejected: Node didn't have "
+        "enough resource: cpu, requested: 250, used: 3900, capacity: 4000",
+    ),
 ]
 ROW_IDS = [row[0] for row in ROWS]
 
