@@ -2,7 +2,7 @@
 ``failure_cause`` is in the callback context (AIP-97), but it is not a reserved task argument name.
 
 The ``@task`` decorator refuses a callable whose parameter named like a context key has a default
-other than ``None``, and refuses passing such a parameter or mapping over it. AIP-97 added
+other than ``None``, and refuses mapping over such a parameter (``expand()`` / ``partial()``). AIP-97 added
 ``failure_cause`` to the SDK ``Context``; had it become a known context key, Dags written before it
 (``@task def f(failure_cause="...")``, ``f(failure_cause=x)``, ``f.expand(failure_cause=[...])``)
 would fail to parse. This Dag uses all of those forms and has a failing task whose

@@ -26,6 +26,10 @@ from airflow.providers.celery.executors import celery_executor_utils  # noqa: E4
 from airflow.providers.celery.executors.celery_executor import CeleryExecutor  # noqa: E402
 from airflow.utils.state import TaskInstanceState  # noqa: E402
 
+#: Runs on the unpatched 3.3.2 core too (test_providers_on_unpatched_core.py), asserting the old
+#: event shapes there; tests that need the AIP-97 core skip with "needs the AIP-97 core".
+COVERS_UNPATCHED_CORE = True
+
 KEY = TaskInstanceKey(dag_id="aip97_celery", task_id="crunch", run_id="manual__1", try_number=1, map_index=-1)
 LOST = "Worker exited prematurely: signal 9 (SIGKILL) Job: 0."
 

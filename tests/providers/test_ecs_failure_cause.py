@@ -41,6 +41,10 @@ from airflow.models.taskinstancekey import TaskInstanceKey  # noqa: E402
 from airflow.providers.amazon.aws.executors.ecs.ecs_executor import AwsEcsExecutor  # noqa: E402
 from airflow.utils.state import TaskInstanceState  # noqa: E402
 
+#: Runs on the unpatched 3.3.2 core too (test_providers_on_unpatched_core.py), asserting the old
+#: event shapes there; tests that need the AIP-97 core skip with "needs the AIP-97 core".
+COVERS_UNPATCHED_CORE = True
+
 KEY = TaskInstanceKey(dag_id="aip97_ecs", task_id="crunch", run_id="manual__1", try_number=1, map_index=-1)
 COMMAND = ["python", "-m", "airflow.sdk.execution_time.execute_workload", "--json-string", "{}"]
 ARN = "arn:aws:ecs:eu-west-1:123456789012:task/airflow/0f3b6a1c9d2e4f5a8b7c6d5e4f3a2b1c"

@@ -26,6 +26,10 @@ from airflow.providers.cncf.kubernetes.executors.kubernetes_executor_utils impor
 from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
 from airflow.utils.state import TaskInstanceState
 
+#: Runs on the unpatched 3.3.2 core too (test_providers_on_unpatched_core.py), asserting the old
+#: event shapes there; tests that need the AIP-97 core skip with "needs the AIP-97 core".
+COVERS_UNPATCHED_CORE = True
+
 INFRA, UNKNOWN = "infra", "unknown"
 
 # fixture, watch event type, expected cause, expected reason
