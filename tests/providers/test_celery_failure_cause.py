@@ -17,6 +17,9 @@ REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 os.environ["AIRFLOW__CELERY__BROKER_URL"] = REDIS_URL
 os.environ["AIRFLOW__CELERY__RESULT_BACKEND"] = REDIS_URL
 os.environ["AIRFLOW__CELERY__TASK_PUBLISH_MAX_RETRIES"] = "0"
+# The publish timeout (1 s by default) must not fire before the broker's own error on a busy machine:
+# a timeout with nothing behind it is (rightly) infra, and would hide the error under test.
+os.environ["AIRFLOW__CELERY__OPERATION_TIMEOUT"] = "10"
 
 from billiard.exceptions import WorkerLostError  # noqa: E402
 from celery.result import AsyncResult  # noqa: E402
@@ -89,7 +92,7 @@ def test_other_failure_has_no_cause(redis_db):
     assert cause == ("unknown" if core_supports_failure_cause() else None)
 
 
-def execute_task_workload():
+def execute_task_workload(key: TaskInstanceKey = KEY):
     from airflow.executors.workloads import ExecuteTask
 
     return ExecuteTask.model_validate(
@@ -100,11 +103,11 @@ def execute_task_workload():
             "log_path": None,
             "ti": {
                 "id": str(uuid.uuid4()),
-                "dag_id": KEY.dag_id,
-                "task_id": KEY.task_id,
-                "run_id": KEY.run_id,
-                "try_number": KEY.try_number,
-                "map_index": KEY.map_index,
+                "dag_id": key.dag_id,
+                "task_id": key.task_id,
+                "run_id": key.run_id,
+                "try_number": key.try_number,
+                "map_index": key.map_index,
                 "dag_version_id": str(uuid.uuid4()),
                 "pool_slots": 1,
                 "priority_weight": 1,
@@ -209,8 +212,9 @@ def test_publish_configuration_error_is_not_infra(monkeypatch, password_redis, u
     assert state == TaskInstanceState.FAILED
     cause, reason = event_failure(state, info)
     if core_supports_failure_cause():
-        assert cause == "unknown"
-        assert reason.startswith("Failed to send the workload to the Celery broker: OperationalError: ")
+        assert cause == "unknown", reason
+        # Kombu's OperationalError, or the executor's publish timeout if kombu kept retrying.
+        assert reason.startswith("Failed to send the workload to the Celery broker: ")
         assert f"(caused by {error}: " in reason
     else:
         assert info is None
@@ -228,3 +232,30 @@ def test_serialization_error_is_not_infra():
     cause, reason = classify_publish_failure(excinfo.value)
     assert cause == "unknown"
     assert reason.startswith("Failed to send the workload to the Celery broker: EncodeError: ")
+
+
+def test_publish_configuration_error_from_the_publishing_subprocesses(monkeypatch, password_redis):
+    """
+    Several workloads with ``sync_parallelism > 1`` are published from a process pool: the error
+    comes back pickled, without its chain (the redis AuthenticationError behind kombu's
+    OperationalError). The configuration error found in the subprocess still decides.
+    """
+    monkeypatch.setenv("AIRFLOW__CELERY__BROKER_URL", f"redis://127.0.0.1:{password_redis}/0")
+    celery_executor_utils._get_celery_app_for_workload.cache_clear()
+    keys = [KEY, KEY._replace(task_id="crunch_too")]
+    try:
+        executor = CeleryExecutor()
+        executor._sync_parallelism = 2
+        executor._send_workloads([(k, execute_task_workload(k), "default", None) for k in keys])
+    finally:
+        celery_executor_utils._get_celery_app_for_workload.cache_clear()
+
+    for key in keys:
+        state, info = executor.event_buffer[key]
+        assert state == TaskInstanceState.FAILED
+        cause, reason = event_failure(state, info)
+        if core_supports_failure_cause():
+            assert cause == "unknown"
+            assert "(caused by AuthenticationError: " in reason
+        else:
+            assert info is None
