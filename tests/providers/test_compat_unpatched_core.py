@@ -1,9 +1,9 @@
 """
 The patched providers on an UNPATCHED Airflow 3.3.2 core: they import, run, and report as before.
 
-Run in a venv holding the pinned 3.3.2 wheels with the patched provider wheels installed on top
-(``--no-deps``), e.g. /work/venvs/prov-compat. The provider test modules next to this one also run
-there and assert the old event shapes where the core lacks AIP-97; this module pins down the
+test_providers_on_unpatched_core.py runs it, with every provider test module that claims to cover the
+unpatched core, in a venv holding the pinned 3.3.2 wheels and this checkout's provider wheels. Those
+modules assert the old event shapes where the core lacks AIP-97; this module pins down the
 compatibility contract itself. It is skipped on an AIP-97 core.
 """
 
@@ -19,6 +19,10 @@ pytestmark = pytest.mark.skipif(core_supports_failure_cause(), reason="the insta
 from airflow.executors.base_executor import BaseExecutor  # noqa: E402
 from airflow.models.taskinstancekey import TaskInstanceKey  # noqa: E402
 from airflow.utils.state import TaskInstanceState  # noqa: E402
+
+#: Runs on the unpatched 3.3.2 core too (test_providers_on_unpatched_core.py), asserting the old
+#: event shapes there; tests that need the AIP-97 core skip with "needs the AIP-97 core".
+COVERS_UNPATCHED_CORE = True
 
 KEY = TaskInstanceKey(dag_id="aip97_providers", task_id="crunch", run_id="r", try_number=1, map_index=-1)
 

@@ -41,6 +41,10 @@ from airflow.models.taskinstancekey import TaskInstanceKey  # noqa: E402
 from airflow.providers.amazon.aws.executors.ecs.ecs_executor import AwsEcsExecutor  # noqa: E402
 from airflow.utils.state import TaskInstanceState  # noqa: E402
 
+#: Runs on the unpatched 3.3.2 core too (test_providers_on_unpatched_core.py), asserting the old
+#: event shapes there; tests that need the AIP-97 core skip with "needs the AIP-97 core".
+COVERS_UNPATCHED_CORE = True
+
 KEY = TaskInstanceKey(dag_id="aip97_ecs", task_id="crunch", run_id="manual__1", try_number=1, map_index=-1)
 COMMAND = ["python", "-m", "airflow.sdk.execution_time.execute_workload", "--json-string", "{}"]
 ARN = "arn:aws:ecs:eu-west-1:123456789012:task/airflow/0f3b6a1c9d2e4f5a8b7c6d5e4f3a2b1c"
@@ -72,11 +76,28 @@ ROWS = [
         INFRA,
         "TerminationNotice: Task stopped due to a scheduled AWS Fargate infrastructure retirement.",
     ),
+    # TaskFailedToStart: the workload never ran. A configuration error (an image that does not
+    # exist, a missing secret) is never infra: retrying cannot cure it. The detail stays in the reason.
     (
-        "task_failed_to_start",
-        INFRA,
+        "cannot_pull_container",
+        UNKNOWN,
         "TaskFailedToStart: CannotPullContainerError: pull image manifest has been retried 5 time(s): "
         "failed to resolve ref 123456789012.dkr.ecr.eu-west-1.amazonaws.com/airflow:3.3.2: not found",
+    ),
+    (
+        "missing_secret",
+        UNKNOWN,
+        "TaskFailedToStart: ResourceInitializationError: unable to pull secrets or registry auth: "
+        "execution resource retrieval failed: unable to retrieve secret from asm: service call has been "
+        "retried 1 time(s): failed to fetch secret arn:aws:secretsmanager:eu-west-1:123456789012:secret:"
+        "airflow/connections/metadb-AbCdEf from secrets manager: ResourceNotFoundException: Secrets "
+        "Manager can't find the specified secret.",
+    ),
+    # ... while the platform failing to start it is.
+    (
+        "network_interface_timeout",
+        INFRA,
+        "TaskFailedToStart: Timeout waiting for network interface provisioning to complete.",
     ),
     ("host_ec2_terminated", INFRA, "Host EC2 (instance i-0a1b2c3d4e5f67890) terminated."),
     (
@@ -92,6 +113,7 @@ ROWS = [
     ),
     ("missing", UNKNOWN, "MISSING"),
 ]
+ROW_REASONS = {name: reason for name, _, reason in ROWS}
 
 
 @pytest.fixture
@@ -151,8 +173,8 @@ def test_stop_code_gives_cause(executor, name, cause, reason):
 @pytest.mark.parametrize(
     ("first", "last", "cause", "reason"),
     [
-        ("spot_interruption", "essential_container_oom", UNKNOWN, ROWS[4][2]),
-        ("essential_container_oom", "spot_interruption", INFRA, ROWS[0][2]),
+        ("spot_interruption", "essential_container_oom", UNKNOWN, ROW_REASONS["essential_container_oom"]),
+        ("essential_container_oom", "spot_interruption", INFRA, ROW_REASONS["spot_interruption"]),
     ],
 )
 def test_resubmission_reports_last_attempt(executor, first, last, cause, reason):
@@ -168,9 +190,23 @@ def test_resubmission_reports_last_attempt(executor, first, last, cause, reason)
     assert_failed(executor, cause, reason)
 
 
-def test_run_task_failures(executor):
-    executor.stubber.add_response("run_task", response("run_task_resource_memory"))
+@pytest.mark.parametrize(
+    ("name", "cause", "reason"),
+    [
+        # A full cluster and a task that fits no instance give the same answer: no evidence.
+        ("resource_memory", UNKNOWN, "ECS RunTask failed 1 time(s): RESOURCE:MEMORY"),
+        # Fargate says it is out of capacity: retrying later can cure it.
+        (
+            "capacity_unavailable",
+            INFRA,
+            "ECS RunTask failed 1 time(s): Capacity is unavailable at this time. Please try again later "
+            "or in a different availability zone",
+        ),
+    ],
+)
+def test_run_task_failures(executor, name, cause, reason):
+    executor.stubber.add_response("run_task", response(f"run_task_{name}"))
     executor.execute_async(KEY, COMMAND)
     executor.running.add(KEY)
     executor.attempt_workload_runs()
-    assert_failed(executor, UNKNOWN, "ECS RunTask failed 1 time(s): RESOURCE:MEMORY")
+    assert_failed(executor, cause, reason)

@@ -26,6 +26,10 @@ from airflow.providers.cncf.kubernetes.executors.kubernetes_executor_utils impor
 from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
 from airflow.utils.state import TaskInstanceState
 
+#: Runs on the unpatched 3.3.2 core too (test_providers_on_unpatched_core.py), asserting the old
+#: event shapes there; tests that need the AIP-97 core skip with "needs the AIP-97 core".
+COVERS_UNPATCHED_CORE = True
+
 INFRA, UNKNOWN = "infra", "unknown"
 
 # fixture, watch event type, expected cause, expected reason
@@ -82,6 +86,15 @@ ROWS = [
         'secret "airflow-connections" not found',
     ),
     ("container_error_exit_1", "MODIFIED", UNKNOWN, "Container 'base' terminated with exit code 1 (Error)"),
+    # The kubelet rejected the pod because the node was full when it got there: lack of capacity,
+    # which retrying cures (unlike the configuration errors above, which stay unknown).
+    (
+        "out_of_cpu",
+        "MODIFIED",
+        INFRA,
+        "Pod rejected by its node for lack of capacity: OutOfcpu: Pod was rejected: Node didn't have "
+        "enough resource: cpu, requested: 250, used: 3900, capacity: 4000",
+    ),
 ]
 ROW_IDS = [row[0] for row in ROWS]
 

@@ -1,17 +1,30 @@
-"""The patched providers on an UNPATCHED 3.3.2 core: install exactly that combination in its own
-venv (pinned upstream core/task-sdk wheels + the patched provider wheels from dist/) and run
-test_compat_unpatched_core.py there, where it is not skipped: the providers import, detect that the
-core has no failure-cause API, and report as before."""
+"""
+The patched providers of THIS checkout on an UNPATCHED 3.3.2 core.
+
+A venv (``build/compat-venv``) holds the pinned upstream core / task-sdk / standard wheels, the
+providers' dependencies and the test tools; it is rebuilt only when those change (see
+``compat_venv.py``). The provider wheels in ``dist/`` are then force-reinstalled on every run and
+checked file by file against the wheels, so the venv runs exactly the code this checkout built
+(their version, ``X+ps.1``, never changes, so a plain ``pip install`` would keep an earlier build).
+
+Every provider test module that claims to cover the unpatched core (``COVERS_UNPATCHED_CORE =
+True``) runs there, in one pytest session, with the real components of this directory (the
+Kubernetes watch stream, the ECS Stubber, Redis, PostgreSQL). Only tests that need the AIP-97 core
+to record a cause may be skipped, with a reason that says so.
+"""
 
 from __future__ import annotations
 
+import re
 import subprocess
-import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from compat_venv import install_current, prepare_base, venv_python
 
-REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).parent
+REPO = HERE.parents[1]
 CACHE = REPO / ".cache" / "upstream"
 UNPATCHED = [
     "apache_airflow-3.3.2-py3-none-any.whl",
@@ -19,11 +32,29 @@ UNPATCHED = [
     "apache_airflow_task_sdk-1.3.2-py3-none-any.whl",
     "apache_airflow_providers_standard-1.21.0-py3-none-any.whl",
 ]
+REQUIREMENTS = ["pytest", "pytest-timeout", "psycopg2-binary", "asyncpg", "redis"]
+CLAIM = re.compile(r"^COVERS_UNPATCHED_CORE = True$", re.MULTILINE)
+PATCHED_CORE_ONLY = "needs the AIP-97 core"
+
+
+def modules_covering_the_unpatched_core() -> list[Path]:
+    return sorted(p for p in HERE.glob("test_*.py") if CLAIM.search(p.read_text()))
+
+
+def test_the_claiming_modules_are_the_provider_modules():
+    """A provider module that asserts old-core behaviour must claim it, or it never runs there."""
+    assert [p.name for p in modules_covering_the_unpatched_core()] == [
+        "test_celery_failure_cause.py",
+        "test_compat_unpatched_core.py",
+        "test_ecs_failure_cause.py",
+        "test_executor_subclass_compat.py",
+        "test_k8s_failure_cause.py",
+    ]
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(900)
-def test_patched_providers_run_on_an_unpatched_core() -> None:
+@pytest.mark.timeout(1500)
+def test_patched_providers_run_on_an_unpatched_core(tmp_path) -> None:
     providers = sorted((REPO / "dist").glob("apache_airflow_providers_*+ps.*-py3-none-any.whl"))
     assert [p.name.split("-")[0] for p in providers] == [
         "apache_airflow_providers_amazon",
@@ -31,27 +62,58 @@ def test_patched_providers_run_on_an_unpatched_core() -> None:
         "apache_airflow_providers_cncf_kubernetes",
     ]
     venv = REPO / "build" / "compat-venv"
-    python = venv / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         "-c", str(REPO / "dev" / "constraints.txt"),
-         *(str(CACHE / w) for w in UNPATCHED), *map(str, providers),
-         "pytest", "pytest-timeout", "psycopg2-binary", "asyncpg", "redis"],
-        check=True,
+    prepare_base(
+        venv,
+        base_wheels=[CACHE / w for w in UNPATCHED],
+        dependency_wheels=providers,
+        requirements=REQUIREMENTS,
+        constraints=REPO / "dev" / "constraints.txt",
     )
+    install_current(venv, providers)  # this checkout's build, checked byte for byte
+    python = str(venv_python(venv))
     versions = subprocess.run(
-        [str(python), "-c",
-         "import importlib.metadata as m; print(m.version('apache-airflow-core'), "
-         "m.version('apache-airflow-providers-celery'))"],
-        capture_output=True, text=True, check=True,
+        [
+            python,
+            "-c",
+            "import importlib.metadata as m; print(m.version('apache-airflow-core'), "
+            "m.version('apache-airflow-providers-celery'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     assert versions == ["3.3.2", "3.26.0+ps.1"]
+
+    modules = modules_covering_the_unpatched_core()
+    report = tmp_path / "report.xml"
     proc = subprocess.run(
-        [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q",
-         str(REPO / "tests" / "providers" / "test_compat_unpatched_core.py")],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
+        [
+            python,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rs",
+            f"--junitxml={report}",
+            *map(str, modules),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=1200,
+        check=False,
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "4 passed" in proc.stdout and "skipped" not in proc.stdout
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+
+    ran: dict[str, int] = {}
+    for case in ET.parse(report).iter("testcase"):
+        module = case.get("classname", "").split(".")[-1]
+        skipped = case.find("skipped")
+        if skipped is not None:
+            assert PATCHED_CORE_ONLY in (skipped.get("message") or ""), (case.get("name"), skipped.attrib)
+            continue
+        ran[module] = ran.get(module, 0) + 1
+    # Every claiming module ran tests on the old core, the compatibility contract included.
+    assert sorted(ran) == sorted(p.stem for p in modules), ran
+    assert ran["test_compat_unpatched_core"] == 4
