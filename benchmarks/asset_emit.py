@@ -82,7 +82,8 @@ def bench_asset_emit():
             TARGET.emit(extra={"n": n})
 
         def via_rest(n):
-            rest_client.post("/assets/events", json={"asset_id": asset_id, "extra": {"n": n}}).raise_for_status()
+            body = {"asset_id": asset_id, "extra": {"n": n}}
+            rest_client.post("/assets/events", json=body).raise_for_status()
 
         def via_route(n):
             exec_client.post(
@@ -273,7 +274,8 @@ def _report(args, samples: dict[str, list[float]], server: dict[str, float], lag
         tput_ratios.append(e["events_per_s"] / s["events_per_s"])
     print(
         f"spread over {args.repeats} repeats of {size} calls: p50 ratio emit/REST "
-        f"min {min(p50_ratios):.2f}x / median {statistics.median(p50_ratios):.2f}x / max {max(p50_ratios):.2f}x; "
+        f"min {min(p50_ratios):.2f}x / median {statistics.median(p50_ratios):.2f}x / "
+        f"max {max(p50_ratios):.2f}x; "
         f"throughput ratio min {min(tput_ratios):.2f}x / median {statistics.median(tput_ratios):.2f}x / "
         f"max {max(tput_ratios):.2f}x"
     )
