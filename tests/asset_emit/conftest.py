@@ -81,7 +81,7 @@ shutil.copytree(HERE / "dags", _HOME / "dags")
 DEMO_DAGS = sorted((HERE.parents[1] / "examples" / "dags").glob("asset_emit_*.py"))
 for _demo in DEMO_DAGS:
     shutil.copy(_demo, _HOME / "dags" / _demo.name)
-EXPECTED_DAGS = 7 + 4 * bool(DEMO_DAGS)
+EXPECTED_DAGS = 11 + 4 * bool(DEMO_DAGS)
 shutil.copytree(HERE / "plugins", _HOME / "plugins")
 
 
@@ -229,7 +229,7 @@ class Stack:
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
-    """Database + api-server + dag-processor + scheduler (LocalExecutor); torn down at the end."""
+    """Database + api-server + dag-processor + scheduler (LocalExecutor) + triggerer; torn down at the end."""
     _psql(f'CREATE DATABASE "{DB_NAME}"')
     st = Stack()
     try:
@@ -243,6 +243,7 @@ def stack() -> Iterator[Stack]:
         st.start("api-server", "api-server")
         st.start("dag-processor", "dag-processor")
         st.start("scheduler", "scheduler")
+        st.start("triggerer", "triggerer")
 
         def api_up() -> bool:
             import httpx
@@ -275,18 +276,28 @@ def stack() -> Iterator[Stack]:
             _psql(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
 
 
-@pytest.fixture(scope="session")
-def seed_ti(stack: Stack) -> dict:
-    """A finished task instance of emit_test_seed, whose id the route tests mint tokens for."""
+def _finished_ti(stack: Stack, dag_id: str) -> dict:
     from sqlalchemy import select
 
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
-    run_id = stack.trigger("emit_test_seed")
-    stack.wait_run_finished("emit_test_seed", run_id)
+    run_id = stack.trigger(dag_id)
+    stack.wait_run_finished(dag_id, run_id)
     with create_session() as session:
         ti = session.scalar(
-            select(TaskInstance).where(TaskInstance.dag_id == "emit_test_seed", TaskInstance.run_id == run_id)
+            select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
         )
         return {"id": ti.id, "dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id}
+
+
+@pytest.fixture(scope="session")
+def seed_ti(stack: Stack) -> dict:
+    """A finished task instance of emit_test_seed, whose id the route tests mint tokens for."""
+    return _finished_ti(stack, "emit_test_seed")
+
+
+@pytest.fixture(scope="session")
+def other_seed_ti(stack: Stack) -> dict:
+    """A finished task instance of a second Dag, emit_test_seed_other (another producer)."""
+    return _finished_ti(stack, "emit_test_seed_other")

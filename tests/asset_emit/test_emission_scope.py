@@ -1,55 +1,13 @@
 """
-Fast in-process checks of the emission scope and of the Dag processor's source vouching.
+Fast in-process checks of the emission scope.
 
-The end-to-end tests cover a Dag callback in the Dag processor; these cover task callbacks that
-the scheduler hands to the Dag processor (heartbeat timeout, killed externally) and forged sources.
+The Dag processor's source vouching is tested end to end (test_emit_e2e.py: a Dag callback in the
+real Dag processor forging another Dag's source).
 """
 
 from __future__ import annotations
 
-import uuid
-from types import SimpleNamespace
-
 import pytest
-
-
-def _requests():
-    from airflow.api_fastapi.execution_api.datamodels.taskinstance import TaskInstance
-    from airflow.callbacks.callback_requests import DagCallbackRequest, TaskCallbackRequest
-
-    ti = TaskInstance(
-        id=uuid.uuid4(),
-        task_id="load",
-        dag_id="etl",
-        run_id="run_1",
-        try_number=2,
-        dag_version_id=uuid.uuid4(),
-        map_index=3,
-    )
-    return [
-        TaskCallbackRequest(filepath="etl.py", bundle_name="b", bundle_version=None, ti=ti),
-        DagCallbackRequest(filepath="etl.py", bundle_name="b", bundle_version=None, dag_id="etl", run_id="run_9"),
-    ]
-
-
-def test_dag_processor_vouches_only_for_its_own_callback_requests():
-    from airflow.dag_processing.processor import DagFileProcessorProcess, _callback_emission_sources
-    from airflow.sdk.api.datamodels._generated import AssetEventEmitSource
-
-    proc = SimpleNamespace(callback_sources=_callback_emission_sources(_requests()))
-    may_emit = DagFileProcessorProcess._may_emit_for
-
-    task_source = AssetEventEmitSource(dag_id="etl", run_id="run_1", task_id="load", map_index=3)
-    dag_source = AssetEventEmitSource(dag_id="etl", run_id="run_9")
-    assert may_emit(proc, task_source)
-    assert may_emit(proc, dag_source)
-    # Forged: another run, another task, another map index, or no source at all (parse time).
-    assert not may_emit(proc, AssetEventEmitSource(dag_id="etl", run_id="run_2"))
-    assert not may_emit(proc, AssetEventEmitSource(dag_id="etl", run_id="run_1", task_id="other", map_index=3))
-    assert not may_emit(proc, AssetEventEmitSource(dag_id="etl", run_id="run_1", task_id="load", map_index=4))
-    assert not may_emit(proc, AssetEventEmitSource(dag_id="other", run_id="run_9"))
-    assert not may_emit(proc, None)
-    assert not may_emit(SimpleNamespace(callback_sources=[]), dag_source)
 
 
 def test_scope_decides_whether_and_as_whom_to_emit():
@@ -87,3 +45,16 @@ def test_scope_decides_whether_and_as_whom_to_emit():
         asset_emit._build_message(
             name="a", uri=None, extra=None, partition_key=None, partition_date=None, idempotency_key=None
         )
+
+
+def test_refused_process_gets_a_clear_error_even_inside_a_scope(monkeypatch):
+    from airflow.sdk.exceptions import AssetEmitError
+    from airflow.sdk.execution_time import asset_emit
+
+    monkeypatch.setattr(asset_emit, "_refusal", None)
+    asset_emit.refuse_asset_emission_in_triggers()
+    with asset_emit.task_emission_scope(), pytest.raises(AssetEmitError) as err:
+        asset_emit._build_message(
+            name="a", uri=None, extra=None, partition_key=None, partition_date=None, idempotency_key=None
+        )
+    assert err.value.reason == "not_in_trigger"

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 def test_task_emits_two_partitions_then_fails(stack):
@@ -44,7 +44,8 @@ def test_task_emits_two_partitions_then_fails(stack):
 
 def test_emission_from_every_callback_kind(stack):
     run_id = stack.trigger("emit_test_callbacks")
-    assert stack.wait_run_finished("emit_test_callbacks", run_id, timeout=60) == "failed"
+    success_run_id = stack.trigger("emit_test_dag_success")
+    assert stack.wait_run_finished("emit_test_callbacks", run_id, timeout=120) == "failed"
 
     def signals():
         found = {
@@ -54,7 +55,8 @@ def test_emission_from_every_callback_kind(stack):
         }
         return found if "dag_failure" in found else None
 
-    by_kind = wait_for(signals, 60, "the Dag failure callback's event")
+    # The Dag processor runs Dag callbacks when it next processes the file: allow for a busy machine.
+    by_kind = wait_for(signals, 150, "the Dag failure callback's event")
     assert set(by_kind) == {"execute_cb", "success", "task_notifier", "retry", "failure", "dag_failure"}
     for kind, task_id in [
         ("execute_cb", "ok"),
@@ -72,6 +74,23 @@ def test_emission_from_every_callback_kind(stack):
     dag_event = by_kind["dag_failure"]
     assert (dag_event["source_dag_id"], dag_event["source_task_id"]) == ("emit_test_callbacks", None)
     assert dag_event["source_run_id"] == run_id
+    assert dag_event["source_map_index"] == -1
+
+    # The Dag on_success_callback (Dag processor): the Dag and the run, no task.
+    assert stack.wait_run_finished("emit_test_dag_success", success_run_id) == "success"
+    [success] = wait_for(
+        lambda: [
+            e for e in stack.events("emit_test_callback_signal") if e["source_run_id"] == success_run_id
+        ],
+        150,
+        "the Dag success callback's event",
+    )
+    assert success["extra"] == {"kind": "dag_success"}
+    assert (success["source_dag_id"], success["source_task_id"], success["source_map_index"]) == (
+        "emit_test_dag_success",
+        None,
+        -1,
+    )
 
     # The Dag-level notifier's operational signal (templated extra) ...
     [ops] = [e for e in stack.events("emit_test_ops_signal") if e["source_run_id"] == run_id]
@@ -96,7 +115,13 @@ def test_emit_at_parse_time_raises_and_writes_nothing(stack):
     assert stack.events("emit_test_parse_target") == []
 
 
-def test_bad_input_through_the_sdk(stack):
+def test_bad_input_through_the_sdk(stack, other_seed_ti):
+    # Another Dag holds the key the task will try: the SDK raises, naming the asset and the key.
+    claimed = stack.emit(
+        stack.token_for(other_seed_ti["id"]),
+        {"name": "emit_test_api_target", "idempotency_key": "sdk-foreign-key"},
+    )
+    assert claimed.status_code in (200, 201), claimed.text
     run_id = stack.trigger("emit_test_sdk_errors")
     assert stack.wait_run_finished("emit_test_sdk_errors", run_id) == "success"
     resp = stack.rest(
@@ -112,6 +137,11 @@ def test_bad_input_through_the_sdk(stack):
     assert reasons["non_json"] == "invalid_extra"
     assert reasons["long_key"] == "partition_key_too_long"
     assert reasons["too_large"] == "extra_too_large"
+    assert reasons["foreign_key"] == "idempotency_key_in_use"
+    assert reasons["foreign_key_status"] == 409
+    assert "'emit_test_api_target'" in reasons["foreign_key_message"]
+    assert "'sdk-foreign-key'" in reasons["foreign_key_message"]
+    assert "another producer" in reasons["foreign_key_message"]
     assert reasons["async_receipt"]["deduplicated"] is False
     events = [e for e in stack.events("emit_test_api_target") if e["source_run_id"] == run_id]
     assert [e["id"] for e in events] == [reasons["async_receipt"]["id"]]
@@ -145,7 +175,52 @@ def test_emit_under_dag_test(stack):
 
     with create_session() as session:
         event_id = session.scalar(
-            select(AssetEventIdempotencyKey.asset_event_id).where(AssetEventIdempotencyKey.idempotency_key == key)
+            select(AssetEventIdempotencyKey.asset_event_id).where(
+                AssetEventIdempotencyKey.idempotency_key == key
+            )
         )
     [event] = [e for e in stack.events("emit_test_api_target") if e["id"] == event_id]
     assert (event["source_dag_id"], event["source_task_id"]) == ("emit_test_dag_test", "emit_in_dag_test")
+
+
+def test_dag_processor_refuses_a_forged_source(stack):
+    """A Dag callback in the real Dag processor emits as another Dag's run: refused, nothing written."""
+    run_id = stack.trigger("emit_test_forge")
+    assert stack.wait_run_finished("emit_test_forge", run_id) == "success"
+    path = stack.out_dir / f"forge-{run_id}.json"
+    outcome = json.loads(wait_for(lambda: path.exists() and path.read_text(), 150, "the forging callback"))
+    # Through the child's channel to the Dag processor: a typed rejection, not a generic error.
+    assert outcome["comms"] == {"type": "AssetEventEmitRejected", "reason": "unknown_caller"}
+    # Through a plain in-process Execution API of the child's own: it does not vouch for sources
+    # (403). The Dag processor child has no metadata-database session either (Airflow blocks ORM
+    # access there), so such an app may already fail to open a session (500); either way it
+    # cannot write.
+    attempt = outcome["in_process_api"]
+    assert (attempt["status_code"], attempt["reason"]) in ((403, "source_not_allowed"), (500, None)), attempt
+    forged = [e for e in stack.events("emit_test_api_target") if e["source_run_id"] == f"forged-{run_id}"]
+    assert forged == []
+    assert not [e for e in stack.events("emit_test_api_target") if e["source_dag_id"] == "emit_test_forge"]
+    # The callback's own emit, with its own run as the source, went through.
+    [own] = [e for e in stack.events("emit_test_callback_signal") if e["id"] == outcome["own"]]
+    assert (own["source_dag_id"], own["source_run_id"], own["source_task_id"]) == (
+        "emit_test_forge",
+        run_id,
+        None,
+    )
+
+
+def test_trigger_cannot_emit(stack):
+    """A trigger calling aemit() in the real triggerer gets a clear error; nothing is written."""
+    before = [e for e in stack.events("emit_test_api_target") if e["extra"] == {"from": "trigger"}]
+    run_id = stack.trigger("emit_test_trigger")
+    assert stack.wait_run_finished("emit_test_trigger", run_id, timeout=90) == "success"
+    resp = stack.rest(
+        "GET", f"/dags/emit_test_trigger/dagRuns/{run_id}/taskInstances/deferred/xcomEntries/return_value"
+    )
+    assert resp.status_code == 200, resp.text
+    value = resp.json()["value"]
+    outcome = value if isinstance(value, dict) else json.loads(value)
+    assert outcome["raised"] == "AssetEmitError"
+    assert outcome["reason"] == "not_in_trigger"
+    assert "trigger" in outcome["message"]
+    assert [e for e in stack.events("emit_test_api_target") if e["extra"] == {"from": "trigger"}] == before

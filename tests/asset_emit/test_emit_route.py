@@ -275,3 +275,206 @@ def test_transport_failure_after_commit_is_retried_without_duplicate(stack, seed
     assert len(stack.events(ASSET)) == before + 1
     assert [e["id"] for e in stack.events(ASSET) if e["extra"] == {"attempt": "lost"}] == [receipt.id]
     assert _key_rows(key) == 1
+
+
+# -- idempotency scoped to its producer ------------------------------------------------------
+
+
+def _vouching_client():
+    """A client of the Dag processor's own in-process Execution API (it vouches for sources)."""
+    from airflow.dag_processing.manager import _make_execution_api
+    from airflow.sdk.api.client import Client
+
+    client = Client(base_url=None, token="", dry_run=True, transport=_make_execution_api().transport)
+    client.base_url = "http://in-process.invalid./"  # type: ignore[assignment]
+    return client
+
+
+@pytest.fixture(scope="module")
+def dag_level_client(stack):
+    return _vouching_client()
+
+
+def test_key_used_by_another_dag_is_rejected(stack, seed_ti, other_seed_ti):
+    key = f"nightly-{uuid.uuid4()}"
+    first = stack.emit(stack.token_for(seed_ti["id"]), {"name": ASSET, "idempotency_key": key})
+    assert first.status_code == 201, first.text
+    before = stack.events(ASSET)
+
+    stolen = stack.emit(
+        stack.token_for(other_seed_ti["id"]),
+        {"name": ASSET, "idempotency_key": key, "extra": {"by": "other"}},
+    )
+    assert stolen.status_code == 409, stolen.text
+    detail = stolen.json()["detail"]
+    assert detail["reason"] == "idempotency_key_in_use"
+    assert key in detail["message"] and ASSET in detail["message"] and "another producer" in detail["message"]
+    assert "emit_test_seed" not in detail["message"]  # the other producer is not disclosed
+    assert stack.events(ASSET) == before  # nothing written
+    assert _key_rows(key) == 1
+
+    # The same Dag repeating its key still gets its original receipt.
+    again = stack.emit(stack.token_for(seed_ti["id"]), {"name": ASSET, "idempotency_key": key})
+    assert again.status_code == 200 and again.json()["deduplicated"] is True
+    assert again.json()["id"] == first.json()["id"]
+    assert again.json()["source_dag_id"] == "emit_test_seed"
+
+
+def test_dag_level_and_task_level_callers_do_not_share_keys(stack, seed_ti, dag_level_client):
+    from airflow.sdk.api.client import ServerResponseError
+    from airflow.sdk.api.datamodels._generated import AssetEventEmitSource
+
+    dag_level = AssetEventEmitSource(dag_id=seed_ti["dag_id"], run_id=seed_ti["run_id"])
+    before = len(stack.events(ASSET))
+
+    # Task-level first, then a Dag callback of the same Dag with the same key: 409.
+    task_key = f"task-first-{uuid.uuid4()}"
+    assert (
+        stack.emit(stack.token_for(seed_ti["id"]), {"name": ASSET, "idempotency_key": task_key}).status_code
+        == 201
+    )
+    with pytest.raises(ServerResponseError) as err:
+        dag_level_client.asset_events.emit(name=ASSET, idempotency_key=task_key, source=dag_level)
+    assert err.value.response.status_code == 409
+    assert err.value.detail["reason"] == "idempotency_key_in_use"
+
+    # Dag-level first (no task in the receipt), then a task of the same Dag: 409.
+    dag_key = f"dag-first-{uuid.uuid4()}"
+    receipt = dag_level_client.asset_events.emit(name=ASSET, idempotency_key=dag_key, source=dag_level)
+    assert (receipt.source_dag_id, receipt.source_task_id, receipt.deduplicated) == (
+        seed_ti["dag_id"],
+        None,
+        False,
+    )
+    repeated = dag_level_client.asset_events.emit(name=ASSET, idempotency_key=dag_key, source=dag_level)
+    assert repeated.deduplicated is True and repeated.id == receipt.id
+    resp = stack.emit(stack.token_for(seed_ti["id"]), {"name": ASSET, "idempotency_key": dag_key})
+    assert resp.status_code == 409 and resp.json()["detail"]["reason"] == "idempotency_key_in_use"
+
+    assert len(stack.events(ASSET)) == before + 2
+    assert _key_rows(task_key) == _key_rows(dag_key) == 1
+
+
+def test_concurrent_emits_from_two_dags_with_one_key(stack, seed_ti, other_seed_ti):
+    """20 requests, 10 per Dag, released together: one event, the winner's Dag gets it, the other 409."""
+    tokens = {
+        "emit_test_seed": stack.token_for(seed_ti["id"]),
+        "emit_test_seed_other": stack.token_for(other_seed_ti["id"]),
+    }
+    key = f"race-{uuid.uuid4()}"
+    barrier = threading.Barrier(20)
+    results: list = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        dag_id = sorted(tokens)[n % 2]
+        barrier.wait()
+        resp = stack.emit(tokens[dag_id], {"name": ASSET, "idempotency_key": key, "extra": {"race": n}})
+        with lock:
+            results.append((dag_id, resp))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    assert len(results) == 20
+    created = [(dag_id, r) for dag_id, r in results if r.status_code == 201]
+    assert len(created) == 1, [(d, r.status_code, r.text) for d, r in results]
+    winner, (_, winning) = created[0][0], created[0]
+    event_id = winning.json()["id"]
+    for dag_id, resp in results:
+        if dag_id == winner:
+            assert resp.status_code in (200, 201), resp.text
+            assert resp.json()["id"] == event_id and resp.json()["source_dag_id"] == winner
+        else:
+            assert resp.status_code == 409, resp.text
+            assert resp.json()["detail"]["reason"] == "idempotency_key_in_use"
+    assert sum(1 for d, _ in results if d == winner) == 10
+    race_events = [e for e in stack.events(ASSET) if "race" in (e["extra"] or {})]
+    assert [e["id"] for e in race_events] == [event_id]
+    assert race_events[0]["source_dag_id"] == winner
+    assert _key_rows(key) == 1
+    fired = [r for r in stack.listener_records() if r["asset"] == ASSET and "race" in (r["extra"] or {})]
+    assert len(fired) == 1
+
+
+# -- in-process trust -------------------------------------------------------------------------
+
+
+def test_only_vouching_in_process_apis_may_state_a_source(stack, seed_ti):
+    """The triggerer's in-process Execution API (a plain one) cannot state a source."""
+    from airflow.jobs.triggerer_job_runner import in_process_api_server
+    from airflow.sdk.api.client import Client, ServerResponseError
+    from airflow.sdk.api.datamodels._generated import AssetEventEmitSource
+
+    client = Client(base_url=None, token="", dry_run=True, transport=in_process_api_server().transport)
+    client.base_url = "http://in-process.invalid./"  # type: ignore[assignment]
+    before = len(stack.events(ASSET))
+    source = AssetEventEmitSource(dag_id=seed_ti["dag_id"], run_id=seed_ti["run_id"])
+    with pytest.raises(ServerResponseError) as err:
+        client.asset_events.emit(name=ASSET, idempotency_key=f"trig-{uuid.uuid4()}", source=source)
+    assert (err.value.response.status_code, err.value.detail["reason"]) == (403, "source_not_allowed")
+    with pytest.raises(ServerResponseError) as err:  # no token there either: the zero UUID is nobody
+        client.asset_events.emit(name=ASSET, idempotency_key=f"trig-{uuid.uuid4()}")
+    assert (err.value.response.status_code, err.value.detail["reason"]) == (403, "unknown_caller")
+    assert len(stack.events(ASSET)) == before
+
+
+# -- cleanup ------------------------------------------------------------------------------------
+
+
+def test_db_clean_removes_idempotency_keys_with_their_events(stack, seed_ti):
+    """``airflow db clean`` on asset_event takes the key rows along (ON DELETE CASCADE)."""
+    import os
+    import subprocess
+
+    from datetime import timezone
+
+    from sqlalchemy import update
+
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from conftest import AIRFLOW, TEST_ENV
+
+    token = stack.token_for(seed_ti["id"])
+    old_keys = [f"auto-{uuid.uuid4()}", f"clean-user-{uuid.uuid4()}"]
+    kept_key = f"auto-{uuid.uuid4()}"
+    ids = {}
+    for key in [*old_keys, kept_key]:
+        resp = stack.emit(token, {"name": ASSET, "idempotency_key": key})
+        assert resp.status_code == 201, resp.text
+        ids[key] = resp.json()["id"]
+    with create_session() as session:
+        session.execute(
+            update(AssetEvent)
+            .where(AssetEvent.id.in_([ids[k] for k in old_keys]))
+            .values(timestamp=datetime(2001, 1, 1, tzinfo=timezone.utc))
+        )
+    proc = subprocess.run(
+        [
+            AIRFLOW,
+            "db",
+            "clean",
+            "--clean-before-timestamp",
+            "2002-01-01T00:00:00+00:00",
+            "--tables",
+            "asset_event",
+            "--skip-archive",
+            "--yes",
+        ],
+        env={**os.environ, **TEST_ENV},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    remaining = {e["id"] for e in stack.events(ASSET)}
+    assert not remaining & {ids[k] for k in old_keys}
+    assert ids[kept_key] in remaining
+    assert [_key_rows(k) for k in old_keys] == [0, 0]  # the keys went with their events
+    assert _key_rows(kept_key) == 1
+    # The cleaned user key is free again: a new emit creates a new event.
+    resp = stack.emit(token, {"name": ASSET, "idempotency_key": old_keys[1]})
+    assert resp.status_code == 201 and resp.json()["id"] not in ids.values()

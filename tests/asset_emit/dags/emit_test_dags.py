@@ -15,6 +15,8 @@ CB_SIGNAL = Asset("emit_test_callback_signal")
 OPS_SIGNAL = Asset("emit_test_ops_signal")
 API_TARGET = Asset("emit_test_api_target")
 PARSE_TARGET = Asset("emit_test_parse_target")
+#: Declared as an inlet by emit_test_seed; test_emit_teams.py gives it a user in another team.
+TEAM_ASSET = Asset("emit_test_team_asset", uri="emit-test://team/asset")
 
 # Emitting while the file is parsed must fail (and persist nothing); record what happened.
 try:
@@ -29,11 +31,20 @@ if out_dir := os.environ.get("EMIT_TEST_OUT"):
 
 with DAG("emit_test_seed", schedule=None):
     # A run of this Dag gives the route tests a task instance to mint tokens for.
-    @task(inlets=[API_TARGET, CB_SIGNAL, PARSE_TARGET])
+    @task(inlets=[API_TARGET, CB_SIGNAL, PARSE_TARGET, TEAM_ASSET])
     def seed():
         return "ok"
 
     seed()
+
+
+with DAG("emit_test_seed_other", schedule=None):
+    # A second producing Dag: idempotency keys are scoped to their producer.
+    @task(inlets=[API_TARGET])
+    def seed_other():
+        return "ok"
+
+    seed_other()
 
 
 with DAG("emit_test_partial_failure", schedule=None):
@@ -101,6 +112,84 @@ with DAG(
     ok() >> flaky()
 
 
+with DAG("emit_test_dag_success", schedule=None, on_success_callback=_emit("dag_success")):
+    # The Dag on_success_callback runs in the Dag processor: the event's source is the run, no task.
+    @task
+    def fine():
+        return "ok"
+
+    fine()
+
+
+def _forge(context):
+    """
+    A Dag callback (run by the Dag processor) that tries to emit as another Dag's run.
+
+    Two ways: an EmitAssetEvent whose callback_source names emit_test_seed, sent through the
+    child's supervisor channel; and a default in-process Execution API built in the child,
+    with the forged source in the body. It records what each attempt answered.
+    """
+    from airflow.sdk.api.datamodels._generated import AssetEventEmitSource
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import EmitAssetEvent
+
+    forged = AssetEventEmitSource(dag_id="emit_test_seed", run_id=f"forged-{context['run_id']}")
+    outcome = {}
+    resp = task_runner.SUPERVISOR_COMMS.send(
+        EmitAssetEvent(
+            name=API_TARGET.name, idempotency_key=f"forge-comms-{context['run_id']}", callback_source=forged
+        )
+    )
+    outcome["comms"] = {
+        "type": type(resp).__name__,
+        **({"reason": resp.reason} if hasattr(resp, "reason") else {}),
+    }
+    # A plain in-process Execution API built in the child (a raw POST: no client retries).
+    import httpx
+
+    from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
+
+    with httpx.Client(
+        transport=InProcessExecutionAPI().transport, base_url="http://in-process.invalid./"
+    ) as client:
+        resp = client.post(
+            "asset-events",
+            json={
+                "name": API_TARGET.name,
+                "idempotency_key": f"forge-api-{context['run_id']}",
+                "source": forged.model_dump(),
+            },
+            headers={"Airflow-API-Version": "2026-11-30"},
+        )
+    body = resp.json() if resp.headers.get("content-type") == "application/json" else {}
+    detail = body.get("detail") if isinstance(body, dict) else None
+    outcome["in_process_api"] = {
+        "status_code": resp.status_code,
+        "reason": detail.get("reason") if isinstance(detail, dict) else None,
+    }
+    # Control: the callback's own source is accepted.
+    outcome["own"] = CB_SIGNAL.emit(
+        idempotency_key=f"{context['run_id']}-forge-own", extra={"kind": "forge_own"}
+    ).id
+    with open(os.path.join(os.environ["EMIT_TEST_OUT"], f"forge-{context['run_id']}.json"), "w") as fh:
+        json.dump(outcome, fh)
+
+
+with DAG("emit_test_forge", schedule=None, on_success_callback=_forge):
+
+    @task
+    def nothing():
+        return "ok"
+
+    nothing()
+
+
+with DAG("emit_test_trigger", schedule=None):
+    from emit_test_trigger import EmitFromTriggerOperator
+
+    EmitFromTriggerOperator(task_id="deferred", asset_name=API_TARGET.name)
+
+
 with DAG("emit_test_cleanup", schedule=OPS_SIGNAL):
 
     @task
@@ -126,6 +215,8 @@ with DAG("emit_test_sdk_errors", schedule=None):
             "non_json": lambda: API_TARGET.emit(extra={"obj": object()}),
             "long_key": lambda: API_TARGET.emit(partition_key="k" * 251),
             "too_large": lambda: API_TARGET.emit(extra={"blob": "x" * 5000}),
+            # Claimed beforehand by emit_test_seed_other (test_bad_input_through_the_sdk).
+            "foreign_key": lambda: API_TARGET.emit(idempotency_key="sdk-foreign-key"),
         }
         reasons = {}
         for name, call in attempts.items():
@@ -134,6 +225,8 @@ with DAG("emit_test_sdk_errors", schedule=None):
                 reasons[name] = "no error"
             except AssetEmitError as err:
                 reasons[name] = err.reason
+                reasons[f"{name}_message"] = str(err)
+                reasons[f"{name}_status"] = err.status_code
         receipt = asyncio.run(
             Asset.ref(uri=API_TARGET.uri).aemit(idempotency_key="sdk-async", extra={"a": 1})
         )
