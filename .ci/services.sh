@@ -15,6 +15,8 @@ need() {  # need <command-or-path> <debian packages...>
 
 need pg_ctlcluster postgresql
 need redis-server redis-server
+# The UI browser test (tests/ui) drives Debian's headless Chromium; no browser is downloaded.
+need chromium chromium
 
 pg_version=$(ls /usr/lib/postgresql | sort -n | tail -1)
 if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -q "^$pg_version main$"; then

@@ -133,6 +133,29 @@ def wait_for(predicate, timeout: float, what: str, procs: Processes) -> None:
     raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def print_failed_task_pages(port: int) -> None:
+    """The UI pages that show each failed try's cause, reason and infra retries (AIP-97, AIP-122)."""
+    from urllib.parse import quote
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id, TaskInstance.failure_cause)
+            .filter(TaskInstance.failure_cause.isnot(None))
+            .filter(TaskInstance.state.in_(["failed", "up_for_retry"]))
+            .order_by(TaskInstance.dag_id, TaskInstance.task_id)
+            .all()
+        )
+    if not rows:
+        return
+    print("\nIn the UI, the Details tab of each failed task shows its cause, reason and infra retries:")
+    for dag_id, run_id, task_id, cause in rows:
+        url = f"http://127.0.0.1:{port}/dags/{dag_id}/runs/{quote(run_id)}/tasks/{task_id}/details"
+        print(f"  {cause:<12} {url}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--exit", action="store_true", help="stop after printing the summary")
@@ -187,6 +210,7 @@ def main() -> int:
             print(f"\n{module.TITLE}")
             for line in module.summarize():
                 print(f"  {line}")
+        print_failed_task_pages(port)
         print(flush=True)
         if args.exit:
             return 0

@@ -39,9 +39,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "fetch":
-            from pstool.lock import fetch
+            from pstool.lock import fetch, fetch_tools
 
             fetch()
+            for name, path in fetch_tools().items():
+                print(f"ok  {path.name}  ({name}, UI toolchain)")
         elif args.command == "checkout":
             from pstool.tree import checkout
 

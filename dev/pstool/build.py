@@ -144,6 +144,20 @@ def build(tree: Path | None = None, lock: Lock | None = None, dest: Path | None 
         for dist, member in tree_to_wheels(path, names):
             data = None if status == "D" else (tree / path).read_bytes()
             per_dist.setdefault(dist, {})[member] = data
+    ui_note = None
+    from pstool import ui
+
+    if ui.touches_ui(tree, BASE_REF):
+        # The series changes the UI: the core wheel gets a dist built from the patched source in
+        # place of the released one (pstool.ui, cached by the UI source's content).
+        dist = ui.build_dist(tree, lock)
+        core = lock.wheel("apache-airflow-core")
+        with zipfile.ZipFile(files[core.file]) as zf:
+            released = [n for n in zf.namelist() if n.startswith("airflow/ui/dist/")]
+        replacements = per_dist.setdefault(core.name, {})
+        replacements.update(dict.fromkeys(released))
+        replacements.update(ui.dist_members(dist))
+        ui_note = {"ui_source_key": ui.source_key(tree, lock), "ui_dist": "built from the patched UI source"}
     patches = applied_patches(tree)
     base = out(tree, "rev-parse", BASE_REF)
     for old in dest.glob("*.whl") if dest.exists() else []:
@@ -160,7 +174,9 @@ def build(tree: Path | None = None, lock: Lock | None = None, dest: Path | None 
             "local_version": label,
             "base_tree_commit": base,
             "patches": patches,
-            "files_changed": sorted(per_dist[pinned.name]),
+            "files_changed": sorted(m for m in per_dist[pinned.name] if not m.startswith("airflow/ui/dist/")),
         }
+        if ui_note and pinned.name == "apache-airflow-core":
+            manifest.update(ui_note)
         built.append(repack_wheel(pinned, files[pinned.file], per_dist[pinned.name], label, manifest, dest))
     return built

@@ -6,6 +6,9 @@
   then ``ruff format``, as upstream's prek hooks do.
 - ``.../core_api/openapi/v2-rest-api-generated.yaml`` and the UI's ``_private_ui.yaml``:
   ``dev/generate_rest_api_spec.py``, the same procedure as upstream's in-container generator.
+- ``airflow-core/src/airflow/ui/openapi-gen/``: the UI's TypeScript client, from the two REST specs
+  with upstream's own ``pnpm codegen`` (openapi-merge-cli + openapi-react-query-codegen, pinned by
+  the UI's pnpm-lock.yaml; see ``pstool.ui``). It needs no venv, only the specs.
 - ``task-sdk/.../execution_time/schema/schema.json``: ``dev/dump_supervisor_schemas.py``, the same
   document as upstream's ``generate-supervisor-schemas-snapshot`` hook.
 
@@ -84,7 +87,10 @@ def run_generators(tree: Path, venv: Path) -> None:
 
 def check_generated(tree: Path, touched: list[str]) -> list[str]:
     """Fail unless every generated file the series touches is what the generator produces."""
-    unknown = [p for p in touched if p not in GENERATED]
+    from pstool import ui
+    from pstool.layout import UI_CLIENT_DIR
+
+    unknown = [p for p in touched if p not in GENERATED and not p.startswith(UI_CLIENT_DIR)]
     if unknown:
         raise PatchsetError(f"no generator is known for {', '.join(unknown)}")
     venv = venv_dir()
@@ -102,13 +108,29 @@ def check_generated(tree: Path, touched: list[str]) -> list[str]:
     if dirty:
         diff = out(tree, "diff", "--stat", "--", *GENERATED)
         raise PatchsetError(f"generated files differ from what the generators produce:\n{diff}")
+    report = [f"generator reproduces {p}" for p in touched if not p.startswith(UI_CLIENT_DIR)]
+    if any(p in (REST_SPEC, UI_SPEC) or p.startswith(UI_CLIENT_DIR) for p in touched):
+        # The REST specs are what the UI's client is generated from: a spec change needs the
+        # regenerated client in the same patch (upstream's prek hook does the same).
+        stale = ui.client_differs(tree)
+        if stale:
+            raise PatchsetError(
+                "the UI's TypeScript client (openapi-gen/) is not what `pnpm codegen` makes of the patched "
+                f"REST specs; run `pstool regenerate` and commit it with the spec change: {', '.join(stale[:8])}"
+            )
+        report.append(f"pnpm codegen reproduces {UI_CLIENT_DIR}")
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     CACHE.write_text(json.dumps({"key": key}))
-    return [f"generator reproduces {p}" for p in touched]
+    return report
 
 
 def regenerate(tree: Path | None = None) -> None:
     """Re-run the generators in ``tree`` against the venv (install the tree's wheels first)."""
-    tree = tree or tree_dir()
+    from pstool import ui
+    from pstool.layout import UI_CLIENT_DIR
+
+    tree = (tree or tree_dir()).resolve()  # the REST generator runs in another directory
     run_generators(tree, venv_dir())
-    print(out(tree, "status", "--short", "--", *GENERATED) or "generated files unchanged")
+    ui.codegen(tree)  # after the REST specs: the client is generated from them
+    changed = out(tree, "status", "--short", "--", *GENERATED, UI_CLIENT_DIR)
+    print(changed or "generated files unchanged")

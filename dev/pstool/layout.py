@@ -15,6 +15,12 @@ SDK = "apache-airflow-task-sdk"
 META = "apache-airflow"  # the meta-distribution ships metadata only
 PROVIDER_PREFIX = "apache-airflow-providers-"
 
+# The UI: its source lives in the tree (from the core sdist), the wheel ships only what
+# `vite build` makes of it. pstool.ui builds that from the patched source.
+UI_TREE_DIR = "airflow-core/src/airflow/ui/"
+UI_DIST_MEMBER = "airflow/ui/dist/"
+UI_CLIENT_DIR = UI_TREE_DIR + "openapi-gen/"
+
 _SHARED_PARENT = {CORE: "airflow/_shared/", SDK: "airflow/sdk/_shared/"}
 
 
@@ -27,6 +33,8 @@ def wheel_to_tree(dist: str, member: str) -> str | None:
     """Tree path for one wheel member, or None for dist-info/metadata files."""
     if ".dist-info/" in member or dist == META:
         return None
+    if dist == CORE and member.startswith(UI_DIST_MEMBER):
+        return None  # built output; the tree holds the UI source (from the core sdist) instead
     if dist in _SHARED_PARENT:
         parent = _SHARED_PARENT[dist]
         if member.startswith(parent):
@@ -55,6 +63,8 @@ def tree_to_wheels(path: str, dists: list[str]) -> list[tuple[str, str]]:
             rest = "/".join(parts[4:])
             return [(CORE, f"airflow/_shared/{rest}"), (SDK, f"airflow/sdk/_shared/{rest}")]
         return []
+    if path.startswith(UI_TREE_DIR):
+        return []  # UI source: reaches the wheel only as the dist pstool.ui builds
     if path.startswith("airflow-core/src/airflow/"):
         return [(CORE, path[len("airflow-core/src/") :])]
     if path.startswith("task-sdk/src/airflow/sdk/"):
@@ -72,6 +82,7 @@ def is_generated(path: str) -> bool:
     """Files upstream produces with a generator; a patch may only carry the generator's output."""
     return (
         "/ui/dist/" in path
+        or path.startswith(UI_CLIENT_DIR)
         or path.endswith("-generated.yaml")
         or path.endswith("core_api/openapi/_private_ui.yaml")
         or path.endswith("sdk/api/datamodels/_generated.py")

