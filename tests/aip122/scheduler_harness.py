@@ -228,3 +228,17 @@ def stuck_in_queued_racer(
     except Exception as e:  # reported to the test, which fails on it
         result["error"] = repr(e)
     out.put(result)
+
+
+def executor_events_for_metrics(job_id: int, ti_ids: list[str], out: Any) -> None:
+    """One scheduler loop consumes an ``infra`` executor event for each of ``ti_ids``."""
+    import airflow  # noqa: F401 - configure Airflow (and its [metrics]) from the environment
+    from airflow.utils.session import create_session
+
+    executor = _executor()  # BaseExecutor.__init__ initialises the metrics backend, as in a scheduler
+    runner = _runner(job_id, executor)
+    for ti_id in ti_ids:
+        executor.fail(_ti_key(ti_id), "worker lost", failure_cause="infra", failure_reason="lost (test)")
+    with create_session() as session:
+        runner._process_executor_events(executor=executor, session=session)
+    out.put(len(executor.event_buffer))
