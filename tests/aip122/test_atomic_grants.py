@@ -130,7 +130,9 @@ def test_decide_retry_is_pure(monkeypatch, caplog):
         from airflow.models.taskinstance import TaskInstance as TI
 
         ti = session.scalar(select(TI).where(TI.run_id == run_id, TI.task_id == "r0"))
-        before = {c: getattr(ti, c) for c in ("state", "max_tries", "infra_retry_count", "retry_delay_override")}
+        before = {
+            c: getattr(ti, c) for c in ("state", "max_tries", "infra_retry_count", "retry_delay_override")
+        }
 
         statements: list[str] = []
         counted: list[str] = []
@@ -272,4 +274,3 @@ def test_two_schedulers_race_to_decide_one_failure(child_env):
         else:
             assert exitcodes == [0, 0], where
     assert kills == rounds // 2
-
