@@ -244,7 +244,7 @@ def test_task_max_infra_retries_opts_in_when_the_config_is_off(infra_config):
 
 def test_task_loaded_from_the_serialized_dag_when_not_attached(infra_config):
     """The worker-reported path has no task attached; the per-task setting must still apply."""
-    from airflow.models.taskinstance_failure import decide_retry
+    from airflow.models.taskinstance_failure import claim_retry_decision, decide_retry
 
     infra_config(max_infra_retries=5)
     with _session() as session:
@@ -252,16 +252,18 @@ def test_task_loaded_from_the_serialized_dag_when_not_attached(infra_config):
         ti = _ti(session, run_id, "opt_out")
         _start_try(session, ti, attach_task=False)
         ti = _ti(session, run_id, "opt_out")  # fresh object, no task
-        decision = decide_retry(ti, failure_cause=INFRA, retry_eligible=False)
+        decision = decide_retry(ti, failure_cause=INFRA, retry_eligible=False, session=session)
         assert decision.retry is False
         assert decision.infra_retry.reason.value == "task_opt_out"
 
         ti = _ti(session, run_id, "r0")
         _start_try(session, ti, attach_task=False)
         ti = _ti(session, run_id, "r0")
-        decision = decide_retry(ti, failure_cause=INFRA, retry_eligible=False)
+        decision = decide_retry(ti, failure_cause=INFRA, retry_eligible=False, session=session)
         assert decision.retry is True
         assert decision.infra_retry.granted
+        # The decision is pure: only the claim, in the transaction recording the failure, spends it.
+        assert claim_retry_decision(ti, decision, session=session) is not None
         session.commit()
         session.refresh(ti)
         assert (ti.infra_retry_count, ti.max_tries) == (1, 1)
@@ -346,10 +348,10 @@ def test_concurrent_deciders_grant_a_failure_once(infra_config):
     """
     HA: two schedulers (two sessions, two threads) decide the same infra failure at the same time.
 
-    Both read the task instance while it is running with infra_retry_count=0; exactly one grant
-    reaches the database, the other decision sees the row changed under it and is denied as stale.
+    Both read the task instance while it is running with infra_retry_count=0 and both decide to
+    grant; exactly one claim reaches the database, the other sees the row changed under it.
     """
-    from airflow.models.taskinstance_failure import decide_retry
+    from airflow.models.taskinstance_failure import claim_retry_decision, decide_retry
 
     infra_config(max_infra_retries=5)
     rounds = 8
@@ -374,7 +376,9 @@ def test_concurrent_deciders_grant_a_failure_once(infra_config):
                     ti_ = s.scalar(select(TI).where(TI.id == ti_id))
                     ti_.task = _dag(s).get_task("r0")
                     both_loaded.wait(timeout=30)
-                    results.append(decide_retry(ti_, failure_cause=INFRA).infra_retry.granted)
+                    decision = decide_retry(ti_, failure_cause=INFRA)
+                    assert decision.infra_retry.granted
+                    results.append(claim_retry_decision(ti_, decision, session=s) is not None)
                     # create_session commits on exit: the winner releases its row lock here.
             except BaseException as e:  # pragma: no cover - surfaced below
                 errors.append(e)

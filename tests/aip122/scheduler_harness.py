@@ -1,0 +1,244 @@
+"""
+Real scheduler code in child processes, for the AIP-122 atomicity and HA tests.
+
+Each function here is the target of a ``multiprocessing`` *spawn* child: a fresh interpreter that
+imports Airflow with the test database from the environment (set by ``conftest.py``), builds a
+real ``SchedulerJobRunner`` with a real ``Job`` row and a small real executor, and runs the
+scheduler's own code for one failure path. Only the fault the test needs is injected (a callback
+sink or a flush that raises, a barrier, a ``SIGKILL``); nothing of the decision is replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+
+def _executor(*, adopt_all: bool = False, sink: Any = None):
+    from airflow.callbacks.database_callback_sink import DatabaseCallbackSink
+    from airflow.executors.base_executor import BaseExecutor
+
+    class HarnessExecutor(BaseExecutor):
+        """Runs nothing; the test decides which events it reports."""
+
+        def _process_workloads(self, workloads) -> None:  # pragma: no cover - never queued
+            pass
+
+        def sync(self) -> None:
+            pass
+
+        def revoke_task(self, *, ti) -> None:
+            self.running.discard(ti.key)
+
+        def try_adopt_task_instances(self, tis):
+            return [] if adopt_all else list(tis)
+
+        def end(self) -> None:
+            pass
+
+        def terminate(self) -> None:
+            pass
+
+    executor = HarnessExecutor()
+    executor.callback_sink = sink if sink is not None else DatabaseCallbackSink()
+    return executor
+
+
+def _runner(job_id: int, executor):
+    from airflow.jobs.job import Job
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        job = session.get(Job, job_id)
+        session.expunge(job)
+    return SchedulerJobRunner(job=job, executors=[executor])
+
+
+def _ti_key(ti_id: str):
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return session.get(TaskInstance, ti_id).key
+
+
+def _snapshot(ti_id_or_run: tuple[str, str]) -> dict[str, Any]:
+    """The task instance (found by run_id and task_id, its id changes per try) and its history."""
+    from sqlalchemy import func, select
+
+    from airflow.models.db_callback_request import DbCallbackRequest
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
+    from airflow.utils.session import create_session
+
+    run_id, task_id = ti_id_or_run
+    with create_session() as session:
+        ti = session.scalar(select(TI).where(TI.run_id == run_id, TI.task_id == task_id))
+        history = session.scalar(
+            select(func.count()).select_from(TIH).where(TIH.run_id == run_id, TIH.task_id == task_id)
+        )
+        callbacks = session.scalar(select(func.count()).select_from(DbCallbackRequest))
+        return {
+            "state": ti.state,
+            "try_number": ti.try_number,
+            "max_tries": ti.max_tries,
+            "infra_retry_count": ti.infra_retry_count,
+            "history": history,
+            "callbacks": callbacks,
+        }
+
+
+def _count_decisions(result: dict[str, Any]) -> None:
+    """Count the infrastructure-retry decisions this process logs (granted / denied)."""
+    import logging
+
+    result.setdefault("granted", 0)
+    result.setdefault("denied", 0)
+
+    class _Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            msg = record.getMessage()
+            if "infra_retry=granted" in msg and msg.startswith("Infrastructure retry decision"):
+                result["granted"] += 1
+            elif "infra_retry=denied" in msg and msg.startswith("Infrastructure retry decision"):
+                result["denied"] += 1
+
+    logger = logging.getLogger("airflow.models.taskinstance_infra_retry")
+    logger.addHandler(_Count())
+    logger.setLevel(logging.INFO)
+
+
+def executor_event_with_injected_fault(
+    job_id: int, ti_id: str, run_id: str, task_id: str, fault: str, out: Any
+) -> None:
+    """
+    Two scheduler loops consume one ``infra`` executor event; the first one fails before its commit.
+
+    ``fault`` is ``sink`` (the database callback sink raises while writing the retry callback) or
+    ``flush`` (the flush of the failed try's state change raises). Between the loops, and after the
+    second, the task instance is read back from a fresh session and put on ``out``.
+    """
+    import airflow  # noqa: F401 - configure Airflow from the environment
+    from airflow.callbacks.database_callback_sink import DatabaseCallbackSink
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    faults = {"left": 1}
+
+    class FailingOnceSink(DatabaseCallbackSink):
+        def send(self, callback, *, session=None):
+            if fault == "sink" and faults["left"]:
+                faults["left"] -= 1
+                raise RuntimeError("injected: callback sink failed before the commit")
+            if session is None:  # the sink's own transaction (a caller that passes no session)
+                return super().send(callback)
+            return super().send(callback, session=session)
+
+    if fault == "flush":
+        real_save = TaskInstance.save_to_db
+
+        def failing_save(ti, *, session):
+            if faults["left"]:
+                faults["left"] -= 1
+                session.flush()
+                raise RuntimeError("injected: the failure's flush failed before the commit")
+            return real_save(ti, session=session)
+
+        TaskInstance.save_to_db = staticmethod(failing_save)  # type: ignore[method-assign]
+
+    result: dict[str, Any] = {}
+    _count_decisions(result)
+    executor = _executor(sink=FailingOnceSink())
+    runner = _runner(job_id, executor)
+    key = _ti_key(ti_id)
+    executor.fail(key, "worker lost", failure_cause="infra", failure_reason="worker lost (test)")
+    loops = []
+    for _ in range(2):
+        # What each scheduler loop does with the executor's events (_run_scheduler_loop).
+        error = None
+        try:
+            with create_session() as session:
+                runner._process_executor_events(executor=executor, session=session)
+        except Exception as e:  # a scheduler loop that raises ends the scheduler; reported to the test
+            error = repr(e)
+        loops.append({**_snapshot((run_id, task_id)), "buffered": len(executor.event_buffer), "error": error})
+    out.put({"loops": loops, "granted": result["granted"], "denied": result["denied"]})
+    assert SchedulerJobRunner  # the real runner class ran the loops
+
+
+def stuck_in_queued_racer(
+    job_id: int,
+    dead_job_id: int | None,
+    read: Any,
+    go: Any,
+    kill_after_claim: bool,
+    out: Any,
+    delay_after_go: float = 0.0,
+) -> None:
+    """
+    One scheduler deciding a task instance stuck in queued (``infra``), in the HA race.
+
+    The process reads the stuck task instances with the scheduler's own query, sets the ``read``
+    event and waits for the ``go`` event, which the test sets once both racers have read the task
+    instance: neither decides before both have read it. With
+    ``dead_job_id`` the process first adopts that (dead) scheduler's task instances, as a
+    replacement scheduler does. With ``kill_after_claim`` it SIGKILLs itself right after its claim
+    succeeded, before its transaction commits; ``delay_after_go`` lets the other racer claim first.
+    """
+    import airflow  # noqa: F401 - configure Airflow from the environment
+    from airflow.jobs import failure_reporting
+
+    result: dict[str, Any] = {"pid": os.getpid()}
+    _count_decisions(result)
+    executor = _executor(adopt_all=True)
+    runner = _runner(job_id, executor)
+    if dead_job_id is not None:
+        runner.adopt_or_reset_orphaned_tasks()
+
+    real_read = runner._get_tis_stuck_in_queued
+
+    def read_then_wait(session):
+        tis = list(real_read(session))
+        result["read"] = len(tis)
+        read.set()
+        if not go.wait(timeout=60):
+            raise RuntimeError("the other racer never read the task instance")
+        time.sleep(delay_after_go)
+        return tis
+
+    runner._get_tis_stuck_in_queued = read_then_wait  # type: ignore[method-assign]
+
+    if kill_after_claim:
+        real_claim = failure_reporting.claim_retry_decision
+
+        def claim_then_die(ti, decision, *, session):
+            claimed = real_claim(ti, decision, session=session)
+            if claimed is not None:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return claimed
+
+        failure_reporting.claim_retry_decision = claim_then_die  # type: ignore[assignment]
+
+    try:
+        runner._handle_tasks_stuck_in_queued()
+    except Exception as e:  # reported to the test, which fails on it
+        result["error"] = repr(e)
+    out.put(result)
+
+
+def executor_events_for_metrics(job_id: int, ti_ids: list[str], out: Any) -> None:
+    """One scheduler loop consumes an ``infra`` executor event for each of ``ti_ids``."""
+    import airflow  # noqa: F401 - configure Airflow (and its [metrics]) from the environment
+    from airflow.utils.session import create_session
+
+    executor = _executor()  # BaseExecutor.__init__ initialises the metrics backend, as in a scheduler
+    runner = _runner(job_id, executor)
+    for ti_id in ti_ids:
+        executor.fail(_ti_key(ti_id), "worker lost", failure_cause="infra", failure_reason="lost (test)")
+    with create_session() as session:
+        runner._process_executor_events(executor=executor, session=session)
+    out.put(len(executor.event_buffer))

@@ -1,0 +1,77 @@
+"""
+``ti.infra_retry.granted`` / ``ti.infra_retry.denied`` on a real StatsD receiver (UDP on loopback).
+
+A real scheduler loop (a spawned process with StatsD configured through the environment, as in a
+deployment) consumes two ``infra`` executor events: one for a task whose retry is granted and one
+for a task that opted out (``max_infra_retries=0``, denied with ``reason=task_opt_out``). The
+receiver must get each counter exactly once, with the plain StatsD name and, with
+``statsd_influxdb_enabled``, with the ``dag_id``, ``task_id`` and ``reason`` tags.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+# Import (and so configure) Airflow before any fixture touches logging; conftest set its environment.
+import airflow  # noqa: F401
+
+import scheduler_harness
+from test_atomic_grants import _job, _new_try, _session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "aip97_core"))
+from aip97_statsd_receiver import StatsdReceiver  # noqa: E402
+
+pytestmark = [pytest.mark.usefixtures("db_env"), pytest.mark.postgres]
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def _run_loop(monkeypatch, receiver: StatsdReceiver, *, influx: bool) -> list[str]:
+    pytest.importorskip("statsd")
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_INFRA_RETRIES", "2")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(receiver.port))
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PREFIX", "airflow")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED", str(influx))
+    with _session() as session:
+        job_id = _job(session)
+        granted_ti, _ = _new_try(session, "r0", state="running", job_id=job_id)
+        denied_ti, _ = _new_try(session, "opt_out", state="running", job_id=job_id)
+    out = SPAWN.Queue()
+    proc = SPAWN.Process(
+        target=scheduler_harness.executor_events_for_metrics, args=(job_id, [granted_ti, denied_ti], out)
+    )
+    proc.start()
+    try:
+        assert out.get(timeout=180) == 0  # both events consumed
+    finally:
+        proc.join(timeout=60)
+    assert proc.exitcode == 0
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(receiver.matching("airflow.ti.infra_retry.")) < 2:
+        time.sleep(0.05)
+    return receiver.matching("airflow.ti.infra_retry.")
+
+
+@pytest.mark.timeout(300)
+def test_plain_statsd_name(monkeypatch):
+    with StatsdReceiver() as receiver:
+        lines = _run_loop(monkeypatch, receiver, influx=False)
+    # Plain StatsD has no tags: the name alone, once per decision.
+    assert sorted(lines) == ["airflow.ti.infra_retry.denied:1|c", "airflow.ti.infra_retry.granted:1|c"]
+
+
+@pytest.mark.timeout(300)
+def test_statsd_with_influxdb_tags(monkeypatch):
+    with StatsdReceiver() as receiver:
+        lines = _run_loop(monkeypatch, receiver, influx=True)
+    assert sorted(lines) == [
+        "airflow.ti.infra_retry.denied,dag_id=aip122_db,task_id=opt_out,reason=task_opt_out:1|c",
+        "airflow.ti.infra_retry.granted,dag_id=aip122_db,task_id=r0,reason=granted:1|c",
+    ]
