@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-ORDER = ["tooling", "aip97_core", "aip97_worker", "aip122", "asset_emit", "providers", "demo"]
+ORDER = ["tooling", "upstream_unit", "aip97_core", "aip97_worker", "aip122", "asset_emit", "providers", "demo"]
 
 
 def directories() -> list[Path]:

@@ -1,0 +1,1 @@
+"""Helpers mirroring upstream's ``tests_common.test_utils`` (subset)."""
