@@ -12,7 +12,7 @@ should take about the same time.
 
 Usage::
 
-    /work/venvs/aip122/bin/python benchmarks/aip122_migration.py [--sizes 1000 1000000]
+    .venv/bin/python benchmarks/aip122_migration.py [--sizes 1000 1000000]
 """
 
 from __future__ import annotations

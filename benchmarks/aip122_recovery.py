@@ -18,7 +18,7 @@ dag-processor and scheduler (LocalExecutor). The unpatched run takes about ten m
 
 Usage::
 
-    /work/venvs/aip122/bin/python benchmarks/aip122_recovery.py [--unpatched-venv PATH] [--skip-unpatched]
+    .venv/bin/python benchmarks/aip122_recovery.py [--unpatched-venv PATH] [--skip-unpatched]
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ version, with core/SDK duplicate model pairs merged under their title.
 
 Run it with the Python of a venv that has the patched Task SDK installed::
 
-    /work/venvs/<name>/bin/python dev/dump_supervisor_schemas.py > \
+    .venv/bin/python dev/dump_supervisor_schemas.py > \
         <tree>/task-sdk/src/airflow/sdk/execution_time/schema/schema.json
 
 On pristine upstream-base it reproduces the released schema.json byte for byte.

@@ -11,7 +11,7 @@ Two kinds of tests live here:
   and ``scheduler`` processes (LocalExecutor) through ``tests/harness.py``; their tasks SIGKILL
   their own LocalExecutor worker.
 
-The pytest process must run with the patched venv (``/work/venvs/aip122/bin/python -m pytest``).
+The pytest process must run with the patched venv (``.venv/bin/python -m pytest``, as ``dev/run_tests.py`` runs it).
 Airflow reads its settings when first imported, so the database of the in-process tests is created
 and put into the environment in ``pytest_configure``, before any test module imports Airflow.
 """

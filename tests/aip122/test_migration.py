@@ -1,5 +1,5 @@
 """
-Migration 0125 (``infra_retry_count``) on real databases that hold task instances and their history.
+Migration 0126 (``infra_retry_count``) on real databases that hold task instances and their history.
 
 For SQLite and PostgreSQL: ``airflow db migrate`` to head, ``airflow dags test`` of a Dag whose
 second task fails once and is retried (rows in task_instance and task_instance_history), then

@@ -1,4 +1,4 @@
-"""Migration 0124 (AIP-97) on a real Airflow 3.3.2 database that holds task instances.
+"""Migration 0125 (AIP-97) on a real Airflow 3.3.2 database that holds task instances.
 
 The database is created and filled by the *unpatched* 3.3.2 venv (``airflow db migrate`` and
 ``airflow dags test`` of a Dag whose second task fails once and is retried, so both task_instance
