@@ -242,6 +242,24 @@ def test_task_max_infra_retries_opts_in_when_the_config_is_off(infra_config):
     assert ti.infra_retry_count == 2
 
 
+def test_a_task_run_as_another_user_gets_no_infra_retry(infra_config, decision_log):
+    """sudo clears the parent-death signal: the lost try may still run, so no fast retry beside it."""
+    infra_config(max_infra_retries=5)
+    states, ti = _run_tries("impersonated", [INFRA])
+    assert states == ["failed"]
+    assert (ti.infra_retry_count, ti.failure_cause) == (0, "infra")
+    assert "infra_retry=denied reason=impersonated" in decision_log.text
+
+
+def test_default_impersonation_denies_infra_retries_too(infra_config, monkeypatch, decision_log):
+    infra_config(max_infra_retries=5)
+    monkeypatch.setenv("AIRFLOW__CORE__DEFAULT_IMPERSONATION", "nobody")
+    states, ti = _run_tries("r0", [INFRA])
+    assert states == ["failed"]
+    assert ti.infra_retry_count == 0
+    assert "infra_retry=denied reason=impersonated" in decision_log.text
+
+
 def test_task_loaded_from_the_serialized_dag_when_not_attached(infra_config):
     """The worker-reported path has no task attached; the per-task setting must still apply."""
     from airflow.models.taskinstance_failure import claim_retry_decision, decide_retry

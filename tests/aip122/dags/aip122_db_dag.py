@@ -21,5 +21,6 @@ with DAG("aip122_db", schedule=None, start_date=datetime(2024, 1, 1), catchup=Fa
     Noop(task_id="r2", retries=2)
     Noop(task_id="opt_out", retries=0, max_infra_retries=0)
     Noop(task_id="opt_in_2", retries=0, max_infra_retries=2)
+    Noop(task_id="impersonated", retries=0, max_infra_retries=2, run_as_user="nobody")
     Noop(task_id="cb_r0", retries=0, on_retry_callback=_callback, on_failure_callback=_callback)
     Noop.partial(task_id="mapped", retries=0, max_infra_retries=1).expand(doc=["a", "b"])
