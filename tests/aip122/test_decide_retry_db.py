@@ -251,6 +251,23 @@ def test_a_task_run_as_another_user_gets_no_infra_retry(infra_config, decision_l
     assert "infra_retry=denied reason=impersonated" in decision_log.text
 
 
+def test_only_unexpected_denials_are_warnings(infra_config):
+    """With the feature off, every infra failure is denied ``disabled``: that is not worth a warning."""
+    logger = logging.getLogger("airflow.models.taskinstance_infra_retry")
+    warnings = _Records()
+    warnings.setLevel(logging.WARNING)
+    logger.addHandler(warnings)
+    try:
+        infra_config(max_infra_retries=None)
+        assert _run_tries("r0", [INFRA])[0] == ["failed"]
+        assert warnings.lines == []
+        infra_config(max_infra_retries=5)
+        assert _run_tries("impersonated", [INFRA])[0] == ["failed"]
+        assert ["reason=impersonated" in line for line in warnings.lines] == [True]
+    finally:
+        logger.removeHandler(warnings)
+
+
 def test_default_impersonation_denies_infra_retries_too(infra_config, monkeypatch, decision_log):
     infra_config(max_infra_retries=5)
     monkeypatch.setenv("AIRFLOW__CORE__DEFAULT_IMPERSONATION", "nobody")
