@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from datetime import UTC
 from pathlib import Path
 
@@ -297,7 +298,14 @@ def main() -> int:
                             builds.reverse()  # alternate which build of the pair runs first
                         pair: dict[str, float] = {}
                         for name, venv in builds:
+                            sent_before = receiver.packets
                             result = _run_once(venv, scenario, args.events, workdir, port)
+                            if mode == "on":
+                                # Both builds must really send: a venv without the statsd package
+                                # falls back to no metrics at all, which would flatter it.
+                                time.sleep(0.3)
+                                if receiver.packets == sent_before:
+                                    raise SystemExit(f"StatsD was on but the {name} build sent no packet ({venv})")
                             # Every event consumed, every task instance failed.
                             assert result["left"] == 0, result
                             assert result["failed"] == result["events"] == n_expected, result

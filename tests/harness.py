@@ -301,7 +301,7 @@ def unpatched_venv(path: str | Path | None = None) -> Path:
             [
                 str(venv / "bin" / "python"),
                 "-c",
-                "import airflow, psycopg2, asyncpg; print(airflow.__version__)",
+                "import airflow, psycopg2, asyncpg, statsd; print(airflow.__version__)",
             ],
             capture_output=True,
             text=True,
@@ -332,6 +332,7 @@ def unpatched_venv(path: str | Path | None = None) -> Path:
                 *wheels,
                 "psycopg2-binary",
                 "asyncpg",
+                "statsd",  # the [statsd] extra: without it "StatsD on" silently sends nothing
                 "-c",
                 str(CONSTRAINTS),
             ],
