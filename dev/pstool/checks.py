@@ -25,19 +25,32 @@ written from what the hook checks, and applied to what the series changes:
 ``metrics-registry``
     Every metric name the series emits is in ``metrics_template.yaml``; nothing imports ``incr`` and
     friends from the stats module directly.
+``ruff``
+    The Python files the series adds or changes hold no lint finding that the pristine file did
+    not (upstream's ruff rules that do not depend on per-directory settings: import order, pyflakes,
+    pycodestyle, pyupgrade for Python 3.10, logging calls), and every Python file the series adds is
+    ``ruff format``-clean; settings are upstream's root ones (``dev/generator-root/pyproject.toml``).
+    The only check that needs a tool: ``ruff`` from the venv (pinned in ``dev/constraints.txt``).
 ``newsfragments``
     A newsfragment a patch adds is named ``<id>.<type>.rst`` with one of towncrier's types, and a
     ``significant`` one carries the template's "Types of change" (one box ticked) and
     "Migration rules needed" sections.
 
-Everything is stdlib-only (``ast`` for Python, line-oriented reading of the two YAML files, whose
-layout upstream keeps fixed), so the checks run before any virtualenv exists.
+Everything else is stdlib-only (``ast`` for Python, line-oriented reading of the two YAML files,
+whose layout upstream keeps fixed), so those checks run before any virtualenv exists.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -484,6 +497,75 @@ def check_newsfragments(tree: Tree) -> list[Finding]:
     return findings
 
 
+# --- ruff -------------------------------------------------------------------------------------------
+
+RUFF_CONFIG = Path(__file__).resolve().parents[1] / "generator-root" / "pyproject.toml"
+# Rules whose result does not depend on upstream's per-directory settings (type-checking imports
+# and docstring rules do: the pristine files would fail them here too).
+RUFF_SELECT = "I,F,E,W,UP,G,LOG,ISC,ASYNC"
+# Upstream's ignores among those (the command line's --select replaces the config's lists).
+RUFF_IGNORE = "E501,ISC004,LOG004,W191,E111,E114,E117"
+GENERATED_PY = ("task-sdk/src/airflow/sdk/api/datamodels/_generated.py",)
+
+
+def _ruff() -> str | None:
+    local = Path(sys.prefix) / "bin" / "ruff"
+    for candidate in (os.environ.get("PSTOOL_RUFF"), str(local), shutil.which("ruff")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    venv = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "ruff"
+    return str(venv) if venv.is_file() else None
+
+
+def _ruff_findings(ruff: str, root: Path) -> Counter[tuple[str, str, str]]:
+    proc = subprocess.run(
+        [ruff, "check", "--no-cache", "--config", str(RUFF_CONFIG), "--target-version", "py310",
+         "--select", RUFF_SELECT, "--ignore", RUFF_IGNORE, "--output-format", "json", "--exit-zero", "."],
+        cwd=root, capture_output=True, text=True, check=True,
+    )
+    return Counter(
+        (Path(item["filename"]).resolve().relative_to(root.resolve()).as_posix(), item["code"] or "", item["message"])
+        for item in json.loads(proc.stdout or "[]")
+    )
+
+
+def check_ruff(tree: Tree) -> list[Finding]:
+    ruff = _ruff()
+    if ruff is None:
+        return [Finding("ruff", "tree", "ruff not found (install the venv: pstool install)")]
+    changed = {
+        path: status
+        for path, status in tree.changed_paths().items()
+        if path.endswith(".py") and status in "AM" and path not in GENERATED_PY
+    }
+    if not changed:
+        return []
+    findings = []
+    with tempfile.TemporaryDirectory(prefix="pstool-ruff-") as tmp:
+        before, after = Path(tmp) / "before", Path(tmp) / "after"
+        for path, status in changed.items():
+            for root, rev in ((after, "HEAD"), (before, tree.base_ref)):
+                text = tree.show(rev, path)
+                if text is None or (rev != "HEAD" and status == "A"):
+                    continue
+                (root / path).parent.mkdir(parents=True, exist_ok=True)
+                (root / path).write_text(text)
+        before.mkdir(exist_ok=True)
+        new = _ruff_findings(ruff, after) - _ruff_findings(ruff, before)
+        for (path, code, message), count in sorted(new.items()):
+            findings.append(Finding("ruff", path, f"{code} {message}" + (f" (x{count})" if count > 1 else "")))
+        added = [path for path, status in changed.items() if status == "A"]
+        if added:
+            proc = subprocess.run(
+                [ruff, "format", "--no-cache", "--config", str(RUFF_CONFIG), "--check", "--output-format", "concise", *added],
+                cwd=after, capture_output=True, text=True,
+            )
+            unformatted = {line.split(":", 1)[0] for line in proc.stdout.splitlines() if "would be reformatted" in line}
+            for path in sorted(set(added) & unformatted):
+                findings.append(Finding("ruff", path, "not ruff format-clean (ruff format would change it)"))
+    return findings
+
+
 CHECKS: dict[str, Callable[[Tree], list[Finding]]] = {
     "revision-heads-map": check_revision_heads_map,
     "ti-history-columns": check_ti_history_columns,
@@ -493,6 +575,7 @@ CHECKS: dict[str, Callable[[Tree], list[Finding]]] = {
     "config-options": check_config_options,
     "metrics-registry": check_metrics_registry,
     "newsfragments": check_newsfragments,
+    "ruff": check_ruff,
 }
 
 

@@ -165,6 +165,35 @@ def test_a_new_file_with_a_truncated_licence_header_fails(pristine: Any) -> None
     assert rc == 1 and "new_module.py" in output and "under the License." in output
 
 
+def test_a_new_lint_finding_fails_and_an_upstream_one_does_not(pristine: Any) -> None:
+    # An unused import added to an upstream file is a new finding; what the pristine file already
+    # had (if anything) is not reported.
+    pristine.commit(
+        f"{CORE}/utils/state.py",
+        lambda t: t.replace("from __future__ import annotations\n", "from __future__ import annotations\n\nimport os\n", 1),
+        "Import os for nothing",
+        "t",
+    )
+    rc, output = check(pristine, "ruff")
+    assert rc == 1, output
+    assert f"[ruff] {CORE}/utils/state.py: F401" in output
+    assert all(line.startswith(f"[ruff] {CORE}/utils/state.py: ") for line in output.splitlines() if "[ruff]" in line)
+
+
+def test_a_new_file_with_unsorted_imports_or_unformatted_code_fails(pristine: Any) -> None:
+    add_file(
+        pristine,
+        f"{CORE}/models/lint_probe.py",
+        LICENCE + "from __future__ import annotations\n\nfrom sqlalchemy import update\nfrom airflow.utils.state import State\n\n"
+        "X = [update,State]\n",
+        "Add a module that upstream's ruff would reject",
+    )
+    rc, output = check(pristine, "ruff")
+    assert rc == 1, output
+    assert f"[ruff] {CORE}/models/lint_probe.py: I001" in output
+    assert f"[ruff] {CORE}/models/lint_probe.py: not ruff format-clean" in output
+
+
 def test_an_incomplete_config_option_fails(pristine: Any) -> None:
     pristine.commit(
         f"{CORE}/config_templates/config.yml",
