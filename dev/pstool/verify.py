@@ -15,6 +15,8 @@
 6. Generated files: a patch touches ``ui/dist``, ``*-generated.yaml`` or ``_generated.py`` only if
    upstream's generator reproduces the file (see ``pstool.generated``); the UI's ``openapi-gen/``
    client must be what ``pnpm codegen`` makes of the patched REST specs.
+   Each feature alone too: its selection's generated files are what the generators make of that
+   selection's own source (``check_generated_from_source``; cached per core/sdk/shared content).
 7. UI lint: when the series touches the UI source, upstream's ``pnpm lint`` (eslint, tsc) passes
    on the patched UI (see ``pstool.ui``; cached per UI source).
 8. Upstream's review checks (``pstool.checks``): on the whole series and on each feature alone.
@@ -128,7 +130,7 @@ def check_strict_apply(patches: list[Patch]) -> Path:
     return tree
 
 
-def check_features_alone(patches: list[Patch], *, review_checks: bool = False) -> list[str]:
+def check_features_alone(patches: list[Patch], *, review_checks: bool = False, generated: bool = False) -> list[str]:
     report = []
     used: set[str] = set()
     for feature, closure in combos(patches)[:-1]:
@@ -143,6 +145,11 @@ def check_features_alone(patches: list[Patch], *, review_checks: bool = False) -
                 raise PatchsetError(f"{what} does not apply on its own: {err}") from err
             if review_checks:
                 require_review_checks(tree, what)
+            gen_note = ""
+            if generated and any(is_generated(p) for patch in subset for p in touched_paths(patch)):
+                from pstool.generated import check_generated_from_source
+
+                gen_note = "; " + check_generated_from_source(tree, feature).split(": ", 1)[1]
         finally:
             shutil.rmtree(tree, ignore_errors=True)
         glue = [p.name for p in subset if p.is_integration or p.when]
@@ -151,6 +158,7 @@ def check_features_alone(patches: list[Patch], *, review_checks: bool = False) -
             f" ({len(subset)} patches{', conditional: ' + ', '.join(glue) if glue else ''};"
             f" {offsets} hunk(s) at an offset, exact context)"
             + (", review checks pass" if review_checks else "")
+            + gen_note
         )
     full = {p.name for p in full_selection(patches)}
     dead = [p.name for p in patches if p.name not in full and p.name not in used]
@@ -196,7 +204,7 @@ def verify(*, generated: bool = True) -> int:
         from pstool.checks import CHECKS
 
         print(f"ok  upstream's review checks on the whole series: {', '.join(CHECKS)}")
-        for line in check_features_alone(patches, review_checks=True):
+        for line in check_features_alone(patches, review_checks=True, generated=generated):
             print(f"ok  {line}")
         patches = full_selection(patches)
         gen_touched = sorted({p for patch in patches for p in touched_paths(patch) if is_generated(p)})
