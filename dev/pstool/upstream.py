@@ -51,8 +51,8 @@ def export_upstream(feature: str, output: Path | None = None) -> Path:
         total = len(commits)
         for number, sha in enumerate(commits, 1):
             data = git(tree, "format-patch", "--stdout", "-1", sha, *FORMAT_ARGS, f"--start-number={number}").stdout
-            data = data.replace(b"Subject: [PATCH 1/1]", f"Subject: [PATCH {number}/{total}]".encode(), 1)
-            data = data.replace(b"Subject: [PATCH]", f"Subject: [PATCH {number}/{total}]".encode(), 1)
+            # format-patch -1 --start-number=N numbers the one patch "N/N": number it in the series.
+            data = re.sub(rb"^Subject: \[PATCH(?: \d+/\d+)?\]", f"Subject: [PATCH {number}/{total}]".encode(), data, count=1, flags=re.M)
             data = strip_trailers(data, INTERNAL_TRAILERS)
             subject = out(tree, "log", "-1", "--format=%s", sha)
             slug = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:52].rstrip("-")

@@ -95,3 +95,24 @@ def test_feature_alone_migrates_a_real_332_database_up_and_down(feature: str, tm
         old.airflow("db", "check-migrations", "-t", "5")
     finally:
         shutil.rmtree(tree, ignore_errors=True)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_a_hand_edited_generated_file_in_a_selection_is_caught(tmp_path: Path) -> None:
+    """The per-selection generator check fails on a generated file its source does not produce."""
+    from pstool import PatchsetError
+    from pstool.generated import SDK_MODELS, check_generated_from_source
+    from pstool.git import git
+
+    tree = scratch_tree(tmp_path)
+    try:
+        path = tree / SDK_MODELS
+        text = path.read_text()
+        assert 'API_VERSION: Final[str] = "2026-06-30"' in text
+        path.write_text(text.replace('"2026-06-30"', '"2026-11-30"', 1))  # bumped by hand, no bundle entry
+        git(tree, "commit", "-q", "-am", "Bump API_VERSION by hand")
+        with pytest.raises(PatchsetError, match="_generated.py"):
+            check_generated_from_source(tree, "hand-edited")
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)

@@ -149,6 +149,7 @@ def test_export_upstream_has_only_the_feature_and_its_dependencies(coupled: Any)
         assert cover_says in files[0].read_text()
         subjects = [next(ln for ln in f.read_text().splitlines() if ln.startswith("Subject:")) for f in files[1:]]
         assert [s.split("] ", 1)[1] for s in subjects] == expected
+        assert [s.split("] ", 1)[0] for s in subjects] == [f"Subject: [PATCH {i}/{len(expected)}" for i in range(1, len(expected) + 1)]
         assert not any("Withdraw" in s or "Register both" in s for s in subjects)
         fresh = coupled.root / f"fresh-{feature}"
         subprocess.run(["git", "clone", "-q", str(coupled.tree), str(fresh)], check=True)
