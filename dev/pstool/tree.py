@@ -23,8 +23,8 @@ from pstool.series import (
     features_in_order,
     full_selection,
     load_series,
-    parse_trailers,
     message_of,
+    parse_trailers,
     strip_trailers,
 )
 

@@ -52,7 +52,7 @@ def export_upstream(feature: str, output: Path | None = None) -> Path:
         for number, sha in enumerate(commits, 1):
             data = git(tree, "format-patch", "--stdout", "-1", sha, *FORMAT_ARGS, f"--start-number={number}").stdout
             # format-patch -1 --start-number=N numbers the one patch "N/N": number it in the series.
-            data = re.sub(rb"^Subject: \[PATCH(?: \d+/\d+)?\]", f"Subject: [PATCH {number}/{total}]".encode(), data, count=1, flags=re.M)
+            data = re.sub(rb"^Subject: \[PATCH(?: \d+/\d+)?\]", f"Subject: [PATCH {number}/{total}]".encode(), data, count=1, flags=re.MULTILINE)
             data = strip_trailers(data, INTERNAL_TRAILERS)
             subject = out(tree, "log", "-1", "--format=%s", sha)
             slug = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:52].rstrip("-")
