@@ -24,7 +24,7 @@ from pstool import PatchsetError
 from pstool.git import git
 from pstool.layout import CORE, SDK
 from pstool.lock import PinnedFile, load_lock
-from pstool.series import add_trailer, load_series
+from pstool.series import add_trailer, full_selection, load_series
 from pstool.tree import populate_pristine, scratch_tree
 
 
@@ -88,7 +88,7 @@ def newer_layout(version: str, from_dir: Path | None, dest: Path) -> None:
 
 
 def drift(version: str, from_dir: Path | None = None) -> int:
-    patches = load_series()
+    patches = full_selection(load_series())  # the full series, integration patches included
     tree = scratch_tree()
     try:
         for child in tree.iterdir():

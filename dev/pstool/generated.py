@@ -54,16 +54,24 @@ def _installed_patch_ids(venv: Path) -> list[str]:
     return json.loads(proc.stdout)
 
 
-def _run(cmd: list[str], cwd: Path, venv: Path, home: Path) -> str:
+def _run(cmd: list[str], cwd: Path, venv: Path, home: Path, pythonpath: str | None = None) -> str:
     env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "AIRFLOW_HOME": str(home)}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise PatchsetError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     return proc.stdout
 
 
-def run_generators(tree: Path, venv: Path) -> None:
-    """Regenerate both files in ``tree`` (its working copy changes; nothing is committed)."""
+def run_generators(tree: Path, venv: Path, *, from_source: bool = False) -> None:
+    """Regenerate the generated files in ``tree`` (its working copy changes; nothing is committed).
+
+    With ``from_source`` the generators import Airflow from the tree's own ``airflow-core/src`` and
+    ``task-sdk/src`` (ahead of the venv's installed copy), so a selection of the series that no
+    venv holds (a feature alone) is checked without building and installing it.
+    """
+    pythonpath = f"{tree / 'airflow-core/src'}:{tree / 'task-sdk/src'}" if from_source else None
     placed = []
     for item in GENERATOR_ROOT.iterdir():
         target = tree / item.name
@@ -74,10 +82,10 @@ def run_generators(tree: Path, venv: Path) -> None:
     home = Path(tempfile.mkdtemp(prefix="pstool-gen-home-"))
     try:
         py = str(venv / "bin" / "python")
-        _run([py, "dev/generate_task_sdk_models.py"], tree / "task-sdk", venv, home)
+        _run([py, "dev/generate_task_sdk_models.py"], tree / "task-sdk", venv, home, pythonpath)
         _run([str(venv / "bin" / "ruff"), "format", "--quiet", SDK_MODELS], tree, venv, home)
-        _run([py, str(ROOT / "dev" / "generate_rest_api_spec.py"), str(tree)], home, venv, home)
-        schema = _run([py, str(ROOT / "dev" / "dump_supervisor_schemas.py")], home, venv, home)
+        _run([py, str(ROOT / "dev" / "generate_rest_api_spec.py"), str(tree)], home, venv, home, pythonpath)
+        schema = _run([py, str(ROOT / "dev" / "dump_supervisor_schemas.py")], home, venv, home, pythonpath)
         (tree / SUPERVISOR_SCHEMA).write_text(schema)
     finally:
         for target in placed:
@@ -122,6 +130,35 @@ def check_generated(tree: Path, touched: list[str]) -> list[str]:
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     CACHE.write_text(json.dumps({"key": key}))
     return report
+
+
+SELECTION_CACHE = BUILD_DIR / "generated-selections.json"
+
+
+def check_generated_from_source(tree: Path, what: str) -> str:
+    """Fail unless the generated files in ``tree`` (a selection of the series) are what the
+    generators make of that tree's own source (``run_generators(from_source=True)``).
+
+    Cached by the git tree ids of what the generators read (core, task-sdk, shared libraries) and of
+    the generator scripts, so selections differing only in provider patches are checked once.
+    """
+    key = hashlib.sha256(
+        " ".join(
+            [out(tree, "rev-parse", f"HEAD:{d}") for d in ("airflow-core", "task-sdk", "shared")]
+            + [hashlib.sha256((ROOT / "dev" / n).read_bytes()).hexdigest() for n in ("generate_rest_api_spec.py", "dump_supervisor_schemas.py")]
+        ).encode()
+    ).hexdigest()[:20]
+    done = json.loads(SELECTION_CACHE.read_text()) if SELECTION_CACHE.exists() else []
+    if key in done:
+        return f"{what}: generated files reproduce from its own source (cached {key[:12]})"
+    run_generators(tree, venv_dir(), from_source=True)
+    dirty = out(tree, "status", "--porcelain", "--", *GENERATED)
+    if dirty:
+        diff = out(tree, "diff", "--stat", "--", *GENERATED)
+        raise PatchsetError(f"{what}: generated files differ from what the generators make of its source:\n{diff}")
+    SELECTION_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    SELECTION_CACHE.write_text(json.dumps(sorted(set(done) | {key})))
+    return f"{what}: generated files reproduce from its own source"
 
 
 def regenerate(tree: Path | None = None) -> None:

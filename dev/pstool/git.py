@@ -61,20 +61,26 @@ def out(cwd: Path, *args: str) -> str:
     return git(cwd, *args).stdout.decode().strip()
 
 
-def strict_am(tree: Path, name: str, data: bytes) -> None:
+def strict_am(tree: Path, name: str, data: bytes, *, allow_offset: bool = False) -> list[str]:
     """Apply one format-patch with ``git am``: no 3-way, no fuzz and no offset allowed.
 
     ``git am`` itself tolerates hunks found at an offset, so every patch is first checked with
     ``git apply --check -v``, which reports such hunks; any offset or fuzz is an error.
+
+    With ``allow_offset`` (a feature applied without the features the series puts before it in
+    the same files), a hunk may sit at another line, but its context must still match exactly:
+    fuzz and 3-way stay errors. Returns the offset lines git reported.
     """
     check = git(tree, "apply", "--check", "-v", "-", input=data, check=False)
     report = check.stderr.decode(errors="replace") + check.stdout.decode(errors="replace")
     if check.returncode != 0:
         raise PatchsetError(f"{name} does not apply:\n{report.strip()}")
-    bad = [ln for ln in report.splitlines() if "offset" in ln or "fuzz" in ln]
+    offsets = [ln for ln in report.splitlines() if "offset" in ln]
+    bad = [ln for ln in report.splitlines() if "fuzz" in ln or ("offset" in ln and not allow_offset)]
     if bad:
         raise PatchsetError(f"{name} applies only with an offset or fuzz (strict apply refuses):\n" + "\n".join(bad))
     proc = git(tree, "am", "--keep-cr", "--no-3way", "--committer-date-is-author-date", input=data, check=False)
     if proc.returncode != 0:
         git(tree, "am", "--abort", check=False)
         raise PatchsetError(f"git am {name} failed:\n{proc.stderr.decode(errors='replace')}")
+    return offsets

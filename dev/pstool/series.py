@@ -1,4 +1,17 @@
-"""The patch series: ``patches/series`` plus the git format-patch files it names."""
+"""The patch series: ``patches/series`` plus the git format-patch files it names.
+
+A series line is a patch file, optionally followed by a condition::
+
+    aip-97/0001-add-taskfailurecause.patch
+    integration/asset-emit+aip-97/0001-withdraw-asset-emit-s-shared-registrations.patch  when: asset-emit aip-97
+
+A feature's patch applies when its feature is selected (and its condition holds, if it has one,
+e.g. a glue patch ``when: aip-97 !asset-emit``). An integration patch (``Feature: integration``,
+under ``patches/integration/<a>+<b>/``) applies only when its condition holds: every feature it
+names is selected and no ``!feature`` is. Integration patches reconcile what two independent
+features each claim in one place (the migration chain head, a Cadwyn version); they are never
+exported upstream. ``select_patches`` is the one place that decides what a feature set applies.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +24,9 @@ from pstool import PatchsetError
 from pstool.paths import PATCHES_DIR, SERIES_FILE
 
 REQUIRED_TRAILERS = ("Feature", "Upstream-Status", "Depends")
-INTERNAL_TRAILERS = ("Feature", "Upstream-Status", "Depends", "Patch-Filename")
+INTERNAL_TRAILERS = ("Feature", "Upstream-Status", "Depends", "Patch-Filename", "Series-When")
+INTEGRATION = "integration"
+WHEN_TRAILER = "Series-When"  # carries a series condition through build/tree (checkout -> export)
 _TRAILER_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s*(.*)$")
 
 
@@ -22,10 +37,15 @@ class Patch:
     subject: str
     trailers: dict[str, str]
     body: bytes
+    when: tuple[str, ...] = ()  # the series condition: feature names, "!name" for absent
 
     @property
     def feature(self) -> str:
         return self.trailers.get("Feature", "")
+
+    @property
+    def is_integration(self) -> bool:
+        return self.feature == INTEGRATION
 
     @property
     def depends(self) -> tuple[str, ...]:
@@ -35,19 +55,60 @@ class Patch:
         return tuple(sorted({d.strip() for d in raw.split(",") if d.strip()}))
 
 
-def read_series(series_file: Path = SERIES_FILE) -> list[str]:
-    """Patch names in order; '#' starts a comment."""
+_WHEN_TERM = re.compile(r"!?[a-z0-9][a-z0-9.-]*")
+
+
+def parse_when(text: str, where: str = "series") -> tuple[str, ...]:
+    """``"asset-emit aip-97 !aip-122"`` -> ``("asset-emit", "aip-97", "!aip-122")``."""
+    terms = tuple(text.replace(",", " ").split())
+    bad = [t for t in terms if not _WHEN_TERM.fullmatch(t)]
+    if bad or not terms:
+        raise PatchsetError(f"{where}: bad condition {text!r} (want feature names, '!name' for absent)")
+    if {t.lstrip("!") for t in terms if t.startswith("!")} & {t for t in terms if not t.startswith("!")}:
+        raise PatchsetError(f"{where}: condition {text!r} names a feature both present and absent")
+    return terms
+
+
+def read_series_entries(series_file: Path = SERIES_FILE) -> list[tuple[str, tuple[str, ...]]]:
+    """(patch name, condition) in order; '#' starts a comment; ``name  when: a b !c``."""
     if not series_file.exists():
         return []
-    names = []
+    entries = []
     for lineno, raw in enumerate(series_file.read_text().splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        if not line.endswith(".patch"):
-            raise PatchsetError(f"{series_file}:{lineno}: {line!r} is not a .patch file")
-        names.append(line)
-    return names
+        name, sep, cond = line.partition(" when:")
+        name = name.strip()
+        if not name.endswith(".patch") or " " in name:
+            raise PatchsetError(f"{series_file}:{lineno}: {line!r} is not a .patch file (optionally 'when: ...')")
+        entries.append((name, parse_when(cond, f"{series_file}:{lineno}") if sep else ()))
+    return entries
+
+
+def read_series(series_file: Path = SERIES_FILE) -> list[str]:
+    """Patch names in order; '#' starts a comment."""
+    return [name for name, _ in read_series_entries(series_file)]
+
+
+def condition_holds(when: tuple[str, ...], features: set[str] | frozenset[str]) -> bool:
+    return all((t[1:] not in features) if t.startswith("!") else (t in features) for t in when)
+
+
+def select_patches(patches: list[Patch], features: set[str] | frozenset[str]) -> list[Patch]:
+    """The patches a tree with exactly ``features`` applies, in series order.
+
+    A feature's patch: its feature is selected and its condition (if any) holds. An integration
+    patch: its condition holds (it has one; ``check_trailers`` insists).
+    """
+    selected = []
+    for patch in patches:
+        if patch.is_integration:
+            if patch.when and condition_holds(patch.when, features):
+                selected.append(patch)
+        elif patch.feature in features and condition_holds(patch.when, features):
+            selected.append(patch)
+    return selected
 
 
 _BOUNDARY = re.compile(rb"\n(?:---\n|diff --git )")
@@ -82,7 +143,7 @@ def parse_trailers(message: str) -> dict[str, str]:
     return trailers
 
 
-def load_patch(name: str, patches_dir: Path = PATCHES_DIR) -> Patch:
+def load_patch(name: str, patches_dir: Path = PATCHES_DIR, when: tuple[str, ...] = ()) -> Patch:
     path = patches_dir / name
     if not path.is_file():
         raise PatchsetError(f"series names {name}, but {path} does not exist")
@@ -93,24 +154,32 @@ def load_patch(name: str, patches_dir: Path = PATCHES_DIR) -> Patch:
     subject = " ".join(str(headers.get("Subject", "")).split())
     if not subject or not headers.get("From") or not headers.get("Date"):
         raise PatchsetError(f"{name}: missing From/Date/Subject header")
-    return Patch(name, path, subject, parse_trailers(message_of(data)), data)
+    return Patch(name, path, subject, parse_trailers(message_of(data)), data, when)
 
 
 def load_series(patches_dir: Path = PATCHES_DIR) -> list[Patch]:
-    return [load_patch(n, patches_dir) for n in read_series(patches_dir / "series")]
+    return [load_patch(n, patches_dir, when) for n, when in read_series_entries(patches_dir / "series")]
 
 
 def features_in_order(patches: list[Patch]) -> list[str]:
+    """The features of the series (integration patches belong to none), in series order."""
     seen: list[str] = []
     for patch in patches:
-        if patch.feature not in seen:
+        if patch.feature not in seen and not patch.is_integration:
             seen.append(patch.feature)
     return seen
+
+
+def full_selection(patches: list[Patch]) -> list[Patch]:
+    """The full series: every feature, and every integration patch whose condition holds."""
+    return select_patches(patches, set(features_in_order(patches)))
 
 
 def dependency_closure(feature: str, patches: list[Patch]) -> set[str]:
     deps_of: dict[str, set[str]] = {}
     for patch in patches:
+        if patch.is_integration:
+            continue
         deps_of.setdefault(patch.feature, set()).update(patch.depends)
     closure: set[str] = set()
     todo = [feature]

@@ -4,12 +4,19 @@
    newline, and no patch file is left out of the series.
 2. Trailers: every patch carries Feature, Upstream-Status and Depends; Depends names features
    that exist and come earlier in the series.
-3. Strict apply: the whole series applies to pristine upstream with no fuzz, offset or 3-way.
-4. Independence: each feature applies on its own together with the features it depends on.
+3. Strict apply: the full series (every feature and the integration patches whose conditions hold)
+   applies to pristine upstream with no fuzz, offset or 3-way.
+4. Independence: each feature applies on its own together with the features it depends on, and no
+   other (``select_patches`` of its dependency closure: no integration patch of an absent feature).
+   Context must match exactly (no fuzz, no 3-way); a hunk may sit at an offset where a feature the
+   full series puts earlier added lines above it. ``export-upstream`` re-renders the patches from
+   that tree, so what goes upstream applies with no offset at all.
 5. Nothing already upstream: no patch reverse-applies to the pristine base.
 6. Generated files: a patch touches ``ui/dist``, ``*-generated.yaml`` or ``_generated.py`` only if
    upstream's generator reproduces the file (see ``pstool.generated``); the UI's ``openapi-gen/``
    client must be what ``pnpm codegen`` makes of the patched REST specs.
+   Each feature alone too: its selection's generated files are what the generators make of that
+   selection's own source (``check_generated_from_source``; cached per core/sdk/shared content).
 7. UI lint: when the series touches the UI source, upstream's ``pnpm lint`` (eslint, tsc) passes
    on the patched UI (see ``pstool.ui``; cached per UI source).
 8. Upstream's review checks (``pstool.checks``): on the whole series and on each feature alone.
@@ -29,8 +36,10 @@ from pstool.series import (
     Patch,
     dependency_closure,
     features_in_order,
+    full_selection,
     load_series,
     read_series,
+    select_patches,
 )
 from pstool.tree import apply_series, scratch_tree
 
@@ -74,6 +83,15 @@ def check_trailers(patches: list[Patch]) -> None:
             raise PatchsetError(f"{patch.name} lacks the trailer(s) {', '.join(missing)}")
         if not patch.name.startswith(patch.feature + "/"):
             raise PatchsetError(f"{patch.name} has Feature: {patch.feature} but lives in another directory")
+        named = {t.lstrip("!") for t in patch.when}
+        unknown = sorted(named - known)
+        if unknown:
+            raise PatchsetError(f"{patch.name}: its condition names unknown feature(s) {', '.join(unknown)}")
+        if patch.is_integration:
+            check_integration_patch(patch)
+            continue
+        if "integration" in patch.depends:
+            raise PatchsetError(f"{patch.name} depends on integration patches; a feature never does")
         for dep in patch.depends:
             if dep not in known:
                 raise PatchsetError(f"{patch.name} depends on unknown feature {dep!r}")
@@ -83,31 +101,69 @@ def check_trailers(patches: list[Patch]) -> None:
             seen_features.append(patch.feature)
 
 
+def check_integration_patch(patch: Patch) -> None:
+    """An integration patch names, in its condition, every feature it depends on (and no other present)."""
+    if not patch.name.startswith("integration/") or patch.name.count("/") != 2:
+        raise PatchsetError(f"{patch.name}: an integration patch lives in integration/<feature>+<feature>/")
+    if not patch.when:
+        raise PatchsetError(f"{patch.name}: an integration patch needs a series condition ('when: a b')")
+    present = {t for t in patch.when if not t.startswith("!")}
+    if set(patch.depends) != present:
+        raise PatchsetError(
+            f"{patch.name}: Depends ({', '.join(patch.depends) or 'none'}) must name exactly the features its "
+            f"condition requires ({', '.join(sorted(present))})"
+        )
+    if not patch.trailers.get("Upstream-Status", "").startswith("Inappropriate"):
+        raise PatchsetError(f"{patch.name}: an integration patch is never sent upstream (Upstream-Status: Inappropriate (...))")
+
+
+def combos(patches: list[Patch]) -> list[tuple[str, frozenset[str]]]:
+    """(label, feature set) that verify proves: each feature with its dependency closure, then all."""
+    result = [(f, frozenset(dependency_closure(f, patches))) for f in features_in_order(patches)]
+    result.append(("full series", frozenset(features_in_order(patches))))
+    return result
+
+
 def check_strict_apply(patches: list[Patch]) -> Path:
     tree = scratch_tree()
-    apply_series(tree, patches)
+    apply_series(tree, full_selection(patches))
     return tree
 
 
-def check_features_alone(patches: list[Patch], *, review_checks: bool = False) -> list[str]:
+def check_features_alone(patches: list[Patch], *, review_checks: bool = False, generated: bool = False) -> list[str]:
     report = []
-    for feature in features_in_order(patches):
-        closure = dependency_closure(feature, patches)
-        subset = [p for p in patches if p.feature in closure]
+    used: set[str] = set()
+    for feature, closure in combos(patches)[:-1]:
+        subset = select_patches(patches, closure)
+        used.update(p.name for p in subset)
+        what = f"feature {feature} (with {', '.join(sorted(closure - {feature})) or 'no dependencies'})"
         tree = scratch_tree()
         try:
             try:
-                apply_series(tree, subset)
+                offsets = apply_series(tree, subset, allow_offset=True)
             except PatchsetError as err:
-                raise PatchsetError(f"feature {feature} (with {sorted(closure - {feature}) or 'no deps'}) does not apply on its own: {err}") from err
+                raise PatchsetError(f"{what} does not apply on its own: {err}") from err
             if review_checks:
-                require_review_checks(tree, f"feature {feature} (with {sorted(closure - {feature}) or 'no deps'})")
+                require_review_checks(tree, what)
+            gen_note = ""
+            if generated and any(is_generated(p) for patch in subset for p in touched_paths(patch)):
+                from pstool.generated import check_generated_from_source
+
+                gen_note = "; " + check_generated_from_source(tree, feature).split(": ", 1)[1]
         finally:
             shutil.rmtree(tree, ignore_errors=True)
+        glue = [p.name for p in subset if p.is_integration or p.when]
         report.append(
             f"{feature}: applies alone with {', '.join(sorted(closure - {feature})) or 'no dependencies'}"
+            f" ({len(subset)} patches{', conditional: ' + ', '.join(glue) if glue else ''};"
+            f" {offsets} hunk(s) at an offset, exact context)"
             + (", review checks pass" if review_checks else "")
+            + gen_note
         )
+    full = {p.name for p in full_selection(patches)}
+    dead = [p.name for p in patches if p.name not in full and p.name not in used]
+    if dead:
+        raise PatchsetError(f"no verified selection applies these patches (check their conditions): {', '.join(dead)}")
     return report
 
 
@@ -121,7 +177,9 @@ def require_review_checks(tree: Path, what: str) -> None:
 
 
 def check_not_upstream(patches: list[Patch], base_tree: Path) -> None:
-    for patch in patches:
+    # An integration patch is not upstream material, and one that withdraws a feature's lines
+    # reverse-applies to the pristine base by construction: only features' patches are checked.
+    for patch in (p for p in patches if not p.is_integration):
         proc = git(base_tree, "apply", "--check", "-R", "-", input=patch.body, check=False)
         if proc.returncode == 0:
             raise PatchsetError(f"{patch.name} reverse-applies to pristine upstream: it is already upstream")
@@ -140,13 +198,15 @@ def verify(*, generated: bool = True) -> int:
     print("ok  nothing already upstream")
     tree = check_strict_apply(patches)
     try:
-        print("ok  strict apply: whole series, no fuzz, no offset, no 3-way")
+        integ = [p.name for p in full_selection(patches) if p.is_integration]
+        print(f"ok  strict apply: full series ({len(full_selection(patches))} patches, {len(integ)} integration), no fuzz, no offset, no 3-way")
         require_review_checks(tree, "the whole series")
         from pstool.checks import CHECKS
 
         print(f"ok  upstream's review checks on the whole series: {', '.join(CHECKS)}")
-        for line in check_features_alone(patches, review_checks=True):
+        for line in check_features_alone(patches, review_checks=True, generated=generated):
             print(f"ok  {line}")
+        patches = full_selection(patches)
         gen_touched = sorted({p for patch in patches for p in touched_paths(patch) if is_generated(p)})
         forbidden = [p for p in gen_touched if "/ui/dist/" in p or p.endswith("git_version")]
         if forbidden:

@@ -256,3 +256,45 @@ def test_verify_fails_on_a_series_that_breaks_a_review_check(pristine: Any) -> N
     assert proc.returncode == 1
     assert "upstream's review checks fail on the whole series" in proc.stderr
     assert "'* Types of change'" in proc.stderr
+
+
+def _edit_and_commit(pstool: Any, edits: dict[str, tuple[str, str]], subject: str) -> None:
+    for path, (old, new) in edits.items():
+        target = pstool.tree / path
+        text = target.read_text()
+        assert old in text, f"{old!r} not in {path}"
+        target.write_text(text.replace(old, new, 1))
+        pstool.git("add", path)
+    pstool.git("commit", "-q", "-m", f"{subject}\n\nWhy.\n\nFeature: t\nUpstream-Status: Pending (test)\nDepends: none\n")
+
+
+CALLBACKS = f"{CORE}/callbacks/callback_requests.py"
+SCHEMA_JSON = "task-sdk/src/airflow/sdk/execution_time/schema/schema.json"
+TASK_CALLBACK_FIELD = '    task_callback_type: TaskInstanceState | None = None\n'
+
+
+def test_a_model_change_regenerated_only_in_a_later_patch_fails(pristine: Any) -> None:
+    # aip-97 0003 did this: TaskCallbackRequest gained a field, schema.json was regenerated in 0005.
+    text = (pristine.tree / CALLBACKS).read_text()
+    assert TASK_CALLBACK_FIELD in text
+    _edit_and_commit(pristine, {CALLBACKS: (TASK_CALLBACK_FIELD, TASK_CALLBACK_FIELD + "    marker: str | None = None\n")},
+                     "Add a field to TaskCallbackRequest")
+    _edit_and_commit(pristine, {SCHEMA_JSON: ('"task_callback_type": {', '"marker": {"default": null},\n        "task_callback_type": {')},
+                     "Regenerate the supervisor schema later")
+    rc, output = check(pristine, "generated-in-patch")
+    assert rc == 1
+    assert "[generated-in-patch] Add a field to TaskCallbackRequest" in output and "TaskCallbackRequest" in output
+    assert "Regenerate the supervisor schema later" not in output
+
+
+def test_a_model_change_with_its_regenerated_file_in_the_same_patch_passes(pristine: Any) -> None:
+    _edit_and_commit(
+        pristine,
+        {
+            CALLBACKS: (TASK_CALLBACK_FIELD, TASK_CALLBACK_FIELD + "    marker: str | None = None\n"),
+            SCHEMA_JSON: ('"task_callback_type": {', '"marker": {"default": null},\n        "task_callback_type": {'),
+        },
+        "Add a field to TaskCallbackRequest and regenerate",
+    )
+    rc, output = check(pristine, "generated-in-patch")
+    assert rc == 0, output

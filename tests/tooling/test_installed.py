@@ -12,8 +12,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _series() -> list[str]:
-    lines = (REPO / "patches" / "series").read_text().splitlines()
-    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+    """The full series' patch names (every feature, and the integration patches whose conditions hold)."""
+    sys.path.insert(0, str(REPO / "dev"))
+    from pstool.series import full_selection, load_series
+
+    return [p.name for p in full_selection(load_series(REPO / "patches"))]
 
 
 def test_core_and_sdk_carry_the_local_version_label() -> None:

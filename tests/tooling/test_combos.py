@@ -1,0 +1,118 @@
+"""Each feature alone, with only its dependency closure, runs and migrates a real 3.3.2 database.
+
+``pstool verify`` proves that every selection applies and passes the review checks; this test
+runs what it cannot: the selection's code. For asset-emit alone, aip-97 alone and aip-122 (with
+aip-97), the selection is applied to a scratch pristine tree, and the *unpatched* 3.3.2 venv runs
+that tree's ``airflow-core/src`` and ``task-sdk/src`` ahead of its own (``PYTHONPATH``): a 3.3.2
+database made by the unpatched venv is upgraded to the selection's single head, which must be the
+``"3.4.0"`` entry of that tree's ``_REVISION_HEADS_MAP`` and add the feature's tables and columns,
+then downgraded back to 3.3.2's head, and the unpatched 3.3.2 accepts it again. The full series
+is covered by each feature's own migration tests (tests/asset_emit, tests/aip97_core, tests/aip122)
+against the installed patched wheels.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "dev"))
+sys.path.insert(0, str(REPO / "tests"))
+
+import harness  # noqa: E402
+from pstool.series import dependency_closure, load_series, select_patches  # noqa: E402
+from pstool.tree import apply_series, scratch_tree  # noqa: E402
+
+BASE_HEAD = "d2f4e1b3c5a7"  # 3.3.2's migration head (0123)
+# What each feature's migration adds; a selection must have exactly its features' additions.
+ADDS = {
+    "asset-emit": ("asset_event_idempotency_key", None),
+    "aip-97": ("task_instance", "failure_cause"),
+    "aip-122": ("task_instance", "infra_retry_count"),
+}
+
+
+def _heads_map_head(tree: Path) -> str:
+    source = (tree / "airflow-core/src/airflow/utils/db.py").read_text()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "_REVISION_HEADS_MAP":
+            return ast.literal_eval(node.value)["3.4.0"]
+    raise AssertionError("no _REVISION_HEADS_MAP in db.py")
+
+
+def _schema(url: str) -> tuple[str, set[str], set[str]]:
+    engine = sa.create_engine(url)
+    try:
+        insp = sa.inspect(engine)
+        with engine.connect() as conn:
+            rev = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
+        return rev, set(insp.get_table_names()), {c["name"] for c in insp.get_columns("task_instance")}
+    finally:
+        engine.dispose()
+
+
+def _present(features: set[str], tables: set[str], ti_columns: set[str]) -> set[str]:
+    found = set()
+    for feature, (table, column) in ADDS.items():
+        if (column is None and table in tables) or (column is not None and column in ti_columns):
+            found.add(feature)
+    return found & set(ADDS)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("feature", ["asset-emit", "aip-97", "aip-122"])
+def test_feature_alone_migrates_a_real_332_database_up_and_down(feature: str, tmp_path: Path) -> None:
+    patches = load_series(REPO / "patches")
+    closure = dependency_closure(feature, patches)
+    tree = scratch_tree(tmp_path)
+    try:
+        apply_series(tree, select_patches(patches, closure), allow_offset=True)
+        head = _heads_map_head(tree)
+        unpatched = harness.unpatched_venv()
+        home = tmp_path / "home"
+        url = f"sqlite:///{tmp_path / 'airflow.db'}"
+        old = harness.AirflowEnv(unpatched, home, db_url=url)
+        old.airflow("db", "migrate")
+        assert _schema(url)[0] == BASE_HEAD
+        overlay = f"{tree / 'airflow-core/src'}:{tree / 'task-sdk/src'}"
+        new = harness.AirflowEnv(unpatched, home, db_url=url, extra_env={"PYTHONPATH": overlay})
+        where = new.run_python("import airflow.utils.db as d; print(d.__file__)").stdout.strip()
+        assert where.startswith(str(tree)), f"the selection's source is not the one imported: {where}"
+        new.airflow("db", "migrate")
+        rev, tables, ti_columns = _schema(url)
+        assert rev == head, f"{feature}: migrated to {rev}, but _REVISION_HEADS_MAP['3.4.0'] is {head}"
+        assert _present(closure, tables, ti_columns) == closure & set(ADDS)
+        new.airflow("db", "downgrade", "--to-revision", BASE_HEAD, "-y")
+        rev, tables, ti_columns = _schema(url)
+        assert rev == BASE_HEAD and not _present(closure, tables, ti_columns)
+        old.airflow("db", "check-migrations", "-t", "5")
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_a_hand_edited_generated_file_in_a_selection_is_caught(tmp_path: Path) -> None:
+    """The per-selection generator check fails on a generated file its source does not produce."""
+    from pstool import PatchsetError
+    from pstool.generated import SDK_MODELS, check_generated_from_source
+    from pstool.git import git
+
+    tree = scratch_tree(tmp_path)
+    try:
+        path = tree / SDK_MODELS
+        text = path.read_text()
+        assert 'API_VERSION: Final[str] = "2026-06-30"' in text
+        path.write_text(text.replace('"2026-06-30"', '"2026-11-30"', 1))  # bumped by hand, no bundle entry
+        git(tree, "commit", "-q", "-am", "Bump API_VERSION by hand")
+        with pytest.raises(PatchsetError, match="_generated.py"):
+            check_generated_from_source(tree, "hand-edited")
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
