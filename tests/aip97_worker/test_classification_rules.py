@@ -19,7 +19,7 @@ from airflow.sdk.exceptions import (
 from airflow.sdk.execution_time.failure_classification import (
     classify_task_exception, describe_exception, describe_process_exit,
 )
-from airflow.sdk.execution_time.supervisor import TaskExitCode
+from airflow.sdk.execution_time.supervisor import TaskProcessOutcome, supervise_task
 from airflow.executors.local_worker_reports import failure_from_task_exit, worker_death_failure
 from airflow.sdk.execution_time.failure_classification import cause_from_task_process
 from airflow.sdk.execution_time.parent_death import task_process_dies_with_supervisor
@@ -42,12 +42,12 @@ out["reason_long"] = len(describe_exception(ValueError("x" * 5000)))
 out["exit_sigkill"] = describe_process_exit(-signal.SIGKILL)
 out["exit_sigsegv"] = describe_process_exit(-signal.SIGSEGV)
 out["exit_code"] = describe_process_exit(3)
-code = TaskExitCode(-9, final_state="up_for_retry")
-out["exit_is_int"] = [code == -9, isinstance(code, int), code.final_state]
-out["task_exit_failed"] = list(failure_from_task_exit(TaskExitCode(-9, final_state="failed")))
-out["task_exit_server_terminated"] = failure_from_task_exit(TaskExitCode(-15, final_state="SERVER_TERMINATED"))
-out["task_exit_ok"] = failure_from_task_exit(TaskExitCode(0, final_state="success"))
-out["task_exit_plain_int"] = failure_from_task_exit(-9)
+outcome = TaskProcessOutcome(exit_code=-9, final_state="up_for_retry")
+out["outcome"] = [outcome.exit_code, outcome.final_state, supervise_task.__annotations__["return"]]
+out["task_exit_failed"] = list(failure_from_task_exit(-9, "failed"))
+out["task_exit_server_terminated"] = failure_from_task_exit(-15, "SERVER_TERMINATED")
+out["task_exit_ok"] = failure_from_task_exit(0, "success")
+out["task_exit_no_state"] = failure_from_task_exit(-9, None)
 out["worker_death"] = list(worker_death_failure(123, -9, task_process_dies_with_supervisor=True))
 out["worker_death_no_guarantee"] = list(
     worker_death_failure(123, -9, task_process_dies_with_supervisor=False)
@@ -80,12 +80,13 @@ def test_classification_rules(tmp_path):
     assert "killed by SIGSEGV (11)" in out["exit_sigsegv"] and "OOM" not in out["exit_sigsegv"]
     assert out["exit_code"] == "Task process exited with code 3 before it reported a state."
 
-    assert out["exit_is_int"] == [True, True, "up_for_retry"]
+    # supervise_task() still returns a plain int; the final state comes as a typed outcome.
+    assert out["outcome"] == [-9, "up_for_retry", "int"]
     assert out["task_exit_failed"][0] == "unknown" and "killed by SIGKILL" in out["task_exit_failed"][1]
     # A task the server told to stop, a success, and an exit code without a final state are not failures.
     assert out["task_exit_server_terminated"] is None
     assert out["task_exit_ok"] is None
-    assert out["task_exit_plain_int"] is None
+    assert out["task_exit_no_state"] is None
     # A lost worker is infra only where its task process provably died with it (Linux here).
     assert out["dies_with_supervisor"] is True
     assert out["worker_death"][0] == "infra"
