@@ -17,6 +17,8 @@ The three tests run in file order on the same stack; each starts the worker when
   ``infra`` within seconds of the restart with a reason naming the node and both incarnations, and
   with ``max_infra_retries = 1`` the ``retries=0`` task succeeds on try 2; no try-1 code ran after
   try 2 started;
+* main process alone: the same, but only the worker's main process is SIGKILLed; its pool child
+  dies with it (parent-death signal) and the task process with the pool child, before the restart;
 * no restart: the worker is SIGKILLed and never comes back; the try stays running until the
   heartbeat timeout, which ends it as ``unknown``.
 """
@@ -94,7 +96,9 @@ class Stack:
     def start_worker(self) -> float:
         self.worker_runs += 1
         started = time.time()
-        self.env.start("celery", "worker", "--concurrency", "1", "--celery-hostname", NODE, name=self.worker_name)
+        self.env.start(
+            "celery", "worker", "--concurrency", "1", "--celery-hostname", NODE, name=self.worker_name
+        )
         return started
 
     def ensure_worker(self) -> None:
@@ -102,20 +106,50 @@ class Stack:
         if proc is None or proc.poll() is not None:
             self.start_worker()
 
-    def kill_worker(self) -> None:
-        """SIGKILL the worker's whole process group at once, as a killed container."""
+    def try_processes(self, run_id: str) -> dict[str, int]:
+        """The pool child running the run's try (from its Celery STARTED meta) and its task process."""
+        (ti,) = query(
+            self.db_url,
+            "SELECT external_executor_id FROM task_instance WHERE dag_id = %(d)s AND run_id = %(r)s",
+            d=DAG_ID,
+            r=run_id,
+        )
+        meta = json.loads(self.redis.get(f"celery-task-meta-{ti['external_executor_id']}"))
+        task_pid = next(r["pid"] for r in self.records(run_id) if r["try"] == 1)
+        return {"pool child": meta["result"]["pid"], "task process": task_pid}
+
+    def kill_worker(self, run_id: str, *, whole_group: bool = True) -> None:
+        """
+        SIGKILL the worker's whole process group at once, as a killed container; or only its main
+        process, and check that the pool child running the try and its task process die with it.
+        """
+        import psutil
+
         proc = self.worker()
-        os.killpg(proc.pid, signal.SIGKILL)
+        processes = self.try_processes(run_id)
+        assert all(psutil.pid_exists(pid) for pid in processes.values()), processes
+
+        def alive() -> dict[str, int]:
+            left = {}
+            for name, pid in processes.items():
+                with contextlib.suppress(psutil.Error):
+                    if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                        left[name] = pid
+            return left
+
+        if whole_group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-
-        def group_gone() -> bool:
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                return True
-            return False
-
-        wait_for(group_gone, timeout=10, interval=0.1, what="worker process group gone")
+        try:
+            wait_for(lambda: not alive(), timeout=15, interval=0.1, what="the try's processes gone")
+        except TimeoutError:
+            raise AssertionError(f"still running after the worker's main process died: {alive()}") from None
+        # What is left of the group are the worker command's side processes (log server, bundle
+        # cleanup), started before the Celery worker; a container would take them along.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
     def announcement(self) -> dict | None:
         raw = self.redis.get(f"airflow-celery-worker-incarnation-celery@{NODE}")
@@ -147,7 +181,10 @@ class Stack:
         cols = "try_number, state, failure_cause, failure_reason, start_date, end_date"
         where = "WHERE dag_id = %(d)s AND run_id = %(r)s"
         history = query(
-            self.db_url, f"SELECT {cols} FROM task_instance_history {where} ORDER BY try_number", d=DAG_ID, r=run_id
+            self.db_url,
+            f"SELECT {cols} FROM task_instance_history {where} ORDER BY try_number",
+            d=DAG_ID,
+            r=run_id,
         )
         live = query(self.db_url, f"SELECT {cols} FROM task_instance {where}", d=DAG_ID, r=run_id)
         return history + live
@@ -240,17 +277,20 @@ def test_healthy_worker_that_reconnects_keeps_its_task(stack):
     assert [(t["try_number"], t["state"], t["failure_cause"]) for t in tries] == [(1, "success", None)]
 
 
-@pytest.mark.timeout(150)
-def test_restarted_worker_fails_the_old_try_as_infra_and_it_succeeds_on_try_2(stack):
+def restart_and_check(stack: Stack, *, whole_group: bool) -> None:
     stack.ensure_worker()
     run_id = stack.trigger()
     stack.wait_try_running(run_id)
     old = stack.announcement()
     assert old is not None, "the worker did not announce its incarnation"
-    stack.kill_worker()
+    stack.kill_worker(run_id, whole_group=whole_group)
     killed_at = time.time()
     stack.start_worker()
-    wait_for(lambda: (a := stack.announcement()) and a["pid"] != old["pid"], timeout=60, what="new incarnation")
+    wait_for(
+        lambda: (a := stack.announcement()) and a["started_at"] != old["started_at"],
+        timeout=60,
+        what="new incarnation",
+    )
     new = stack.announcement()
     try1 = wait_for(
         lambda: (t := stack.tries(run_id)) and t[0]["state"] not in ("running", "queued", None) and t[0],
@@ -263,8 +303,10 @@ def test_restarted_worker_fails_the_old_try_as_infra_and_it_succeeds_on_try_2(st
     assert f"pid {old['pid']}" in reason and f"pid {new['pid']}" in reason, reason
     assert "start announcement" in reason
     detected_after = try1["end_date"].timestamp() - new["started_at"]
-    print(f"try 1 failed {detected_after:.1f}s after the new incarnation started "
-          f"({try1['end_date'].timestamp() - killed_at:.1f}s after the kill)")
+    print(
+        f"try 1 failed {detected_after:.1f}s after the new incarnation started "
+        f"({try1['end_date'].timestamp() - killed_at:.1f}s after the kill)"
+    )
     assert detected_after < 20, detected_after
 
     tries = stack.wait_final(run_id, timeout=90)
@@ -278,11 +320,22 @@ def test_restarted_worker_fails_the_old_try_as_infra_and_it_succeeds_on_try_2(st
 
 
 @pytest.mark.timeout(150)
+def test_restarted_worker_fails_the_old_try_as_infra_and_it_succeeds_on_try_2(stack):
+    restart_and_check(stack, whole_group=True)
+
+
+@pytest.mark.timeout(150)
+def test_worker_main_process_killed_alone_takes_its_pool_and_task_with_it(stack):
+    """Only the main process is SIGKILLed: its pool child and the task process die with it."""
+    restart_and_check(stack, whole_group=False)
+
+
+@pytest.mark.timeout(150)
 def test_worker_that_never_comes_back_is_left_to_the_heartbeat_timeout(stack):
     stack.ensure_worker()
     run_id = stack.trigger()
     stack.wait_try_running(run_id)
-    stack.kill_worker()
+    stack.kill_worker(run_id)
     killed_at = time.time()
     tries = stack.wait_final(run_id, timeout=HEARTBEAT_TIMEOUT + 60)
     assert [(t["try_number"], t["state"]) for t in tries] == [(1, "failed")]

@@ -214,7 +214,13 @@ def test_celery_executor_fails_the_try_of_a_restarted_worker(redis_db, override)
     old = WorkerIncarnation("celery@restart-0", 7, 1_700_000_000.0)
     new = old._replace(started_at=1_700_000_600.0)  # same pid again: a restarted container
     task_id = str(uuid.uuid4())
-    stamp = {"pid": 11, "hostname": old.hostname, "worker_pid": old.pid, "worker_started_at": old.started_at}
+    stamp = {
+        "pid": 11,
+        "hostname": old.hostname,
+        "worker_pid": old.pid,
+        "worker_started_at": old.started_at,
+        "dies_with_worker": True,
+    }
     backend.store_result(task_id, stamp, "STARTED")
     backend.set(announcement_key(old.hostname), json.dumps(new._asdict()))
     executor.workloads[KEY] = AsyncResult(task_id, app=executor.celery_app)
@@ -248,7 +254,13 @@ def test_celery_executor_keeps_the_try_of_a_worker_with_the_same_incarnation(red
     task_id = str(uuid.uuid4())
     backend.store_result(
         task_id,
-        {"pid": 11, "hostname": same.hostname, "worker_pid": 7, "worker_started_at": same.started_at},
+        {
+            "pid": 11,
+            "hostname": same.hostname,
+            "worker_pid": 7,
+            "worker_started_at": same.started_at,
+            "dies_with_worker": True,
+        },
         "STARTED",
     )
     backend.set(announcement_key(same.hostname), json.dumps(same._asdict()))
