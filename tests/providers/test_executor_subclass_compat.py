@@ -189,6 +189,90 @@ def test_celery_executor_subclass_publish_failure(monkeypatch, override):
         assert info is None
 
 
+def no_override(base: type) -> type:
+    return base
+
+
+@pytest.mark.parametrize("override", [no_override, *OVERRIDES], ids=["celery_executor", *OVERRIDE_IDS])
+def test_celery_executor_fails_the_try_of_a_restarted_worker(redis_db, override):
+    """Issue 14: a STARTED workload stamped by an older incarnation of its node is failed as infra."""
+    import json
+    import uuid
+
+    from celery.result import AsyncResult
+
+    KEY = celery_tests.KEY
+    from airflow.providers.celery.executors.celery_executor import CeleryExecutor
+    from airflow.providers.celery.executors.worker_restart import (
+        WorkerIncarnation,
+        announcement_key,
+        restart_reason,
+    )
+
+    executor = override(CeleryExecutor)()
+    backend = executor.celery_app.backend
+    old = WorkerIncarnation("celery@restart-0", 7, 1_700_000_000.0)
+    new = old._replace(started_at=1_700_000_600.0)  # same pid again: a restarted container
+    task_id = str(uuid.uuid4())
+    stamp = {
+        "pid": 11,
+        "hostname": old.hostname,
+        "worker_pid": old.pid,
+        "worker_started_at": old.started_at,
+        "dies_with_worker": True,
+    }
+    backend.store_result(task_id, stamp, "STARTED")
+    backend.set(announcement_key(old.hostname), json.dumps(new._asdict()))
+    executor.workloads[KEY] = AsyncResult(task_id, app=executor.celery_app)
+    executor.running.add(KEY)
+
+    executor.sync()
+
+    if not core_supports_failure_cause():  # nothing could record the cause: 3.3's behaviour
+        assert KEY not in executor.event_buffer
+        assert KEY in executor.running and KEY in executor.workloads
+        return
+    assert_reported(executor, KEY, "infra", restart_reason(old, 11, new))
+    assert KEY not in executor.running and KEY not in executor.workloads
+    if override is not no_override:
+        assert [c[:2] for c in executor.calls][-1] in (("change_state", KEY), ("fail", KEY))
+
+
+def test_celery_executor_keeps_the_try_of_a_worker_with_the_same_incarnation(redis_db):
+    import json
+    import uuid
+
+    from celery.result import AsyncResult
+
+    KEY = celery_tests.KEY
+    from airflow.providers.celery.executors.celery_executor import CeleryExecutor
+    from airflow.providers.celery.executors.worker_restart import WorkerIncarnation, announcement_key
+
+    executor = CeleryExecutor()
+    backend = executor.celery_app.backend
+    same = WorkerIncarnation("celery@restart-0", 7, 1_700_000_000.0)
+    task_id = str(uuid.uuid4())
+    backend.store_result(
+        task_id,
+        {
+            "pid": 11,
+            "hostname": same.hostname,
+            "worker_pid": 7,
+            "worker_started_at": same.started_at,
+            "dies_with_worker": True,
+        },
+        "STARTED",
+    )
+    backend.set(announcement_key(same.hostname), json.dumps(same._asdict()))
+    executor.workloads[KEY] = AsyncResult(task_id, app=executor.celery_app)
+    executor.running.add(KEY)
+
+    executor.sync()
+
+    assert KEY not in executor.event_buffer
+    assert KEY in executor.running and KEY in executor.workloads
+
+
 redis_db = celery_tests.redis_db  # the Celery module's own Redis database, flushed around each test
 
 

@@ -1,0 +1,260 @@
+#!/usr/bin/env python
+"""
+Benchmark (issue 14): time from a lost Celery worker's restart to the next try running.
+
+A task with ``retries=1`` runs on a Celery worker with a fixed node name (``--celery-hostname``).
+While its first try runs, the worker's whole process group is SIGKILLed (a killed container) and a
+worker with the same node name is started at once. The figure is the time from that restart (the
+instant the new worker process is started) until the second try's code is running (written by the
+task itself).
+
+* patched: this repository's Airflow and celery provider with ``[core] max_infra_retries=1`` and
+  every other setting at its default (``infra_retry_delay`` 5 s, ``task_instance_heartbeat_timeout``
+  300 s). The executor sees the worker's new incarnation (its start announcement; checked every 5 s),
+  fails try 1 as ``infra``, and the retry does not spend the task's ``retries``.
+* unpatched: Airflow 3.3.2 with the celery provider 3.26.0 and upstream defaults. Nothing reports
+  the lost try; it stays ``running`` until the heartbeat timeout (``task_instance_heartbeat_timeout``
+  300 s after its last heartbeat, checked every 10 s), spends its retry and waits ``retry_delay``
+  (300 s).
+
+Both run on the same machine, one after the other, each with its own PostgreSQL database, its own
+``redis-server`` (broker and result backend), api-server, dag-processor, scheduler (CeleryExecutor)
+and worker. The unpatched run takes about ten minutes; its venv is ``tests/harness.py``
+``unpatched_venv()``'s wheels plus the pinned celery provider, built once in
+``build/unpatched-celery-venv``.
+
+Usage::
+
+    .venv/bin/python benchmarks/celery_worker_restart.py [--skip-unpatched]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+import harness  # noqa: E402
+
+DAG_ID = "celery_worker_restart_bench"
+NODE = "bench-node"
+DAG_FILE = f'''
+import json, os, time
+from datetime import datetime
+from airflow.sdk import DAG, task
+
+OUT = os.environ["CELERY_BENCH_OUT"]
+
+with DAG("{DAG_ID}", schedule=None, start_date=datetime(2024, 1, 1), catchup=False):
+
+    @task(retries=1)
+    def hold(ti=None):
+        with open(os.path.join(OUT, "events.jsonl"), "a") as f:
+            f.write(json.dumps({{"try_number": ti.try_number, "started": time.time()}}) + "\\n")
+        if ti.try_number == 1:
+            time.sleep(3600)  # until its worker is killed
+        return "ok"
+
+    hold()
+'''
+UNPATCHED_CELERY_WHEEL = "apache_airflow_providers_celery-3.26.0-py3-none-any.whl"
+
+
+def unpatched_celery_venv() -> Path:
+    """``unpatched_venv()``'s pinned 3.3.2 wheels plus the pinned, unpatched celery provider."""
+    venv = REPO / "build" / "unpatched-celery-venv"
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", "import airflow.providers.celery, redis, psycopg2; print('ok')"]
+    if python.exists() and subprocess.run(probe, capture_output=True, text=True, check=False).stdout.strip() == "ok":
+        return venv
+    base = harness.unpatched_venv()  # builds the shared unpatched venv if needed; we copy its recipe
+    del base
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    wheels = harness.UPSTREAM_WHEELS
+    subprocess.run(
+        [
+            str(venv / "bin" / "pip"),
+            "install",
+            "-q",
+            str(wheels / "apache_airflow-3.3.2-py3-none-any.whl"),
+            str(wheels / "apache_airflow_core-3.3.2-py3-none-any.whl"),
+            str(wheels / "apache_airflow_task_sdk-1.3.2-py3-none-any.whl"),
+            str(wheels / "apache_airflow_providers_standard-1.21.0-py3-none-any.whl"),
+            str(wheels / UNPATCHED_CELERY_WHEEL),
+            "psycopg2-binary",
+            "asyncpg",
+            "statsd",
+            "redis",
+            "-c",
+            str(harness.CONSTRAINTS),
+        ],
+        check=True,
+    )
+    return venv
+
+
+@contextlib.contextmanager
+def redis_server(home: Path):
+    port = harness.free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=(home / "redis.log").open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        harness.wait_for(
+            lambda: (
+                subprocess.run(
+                    ["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True, check=False
+                ).stdout.strip()
+                == "PONG"
+            ),
+            timeout=20,
+            what="redis-server",
+        )
+        yield port
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def _events(out: Path) -> list[dict]:
+    path = out / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def measure(venv: Path, extra_env: dict[str, str], timeout: float, label: str) -> dict:
+    """Run the Dag once on a fresh Celery stack; return the restart-to-next-try time and the TI."""
+    with (
+        TemporaryDirectory(prefix=f"celery_bench_{label}_") as tmp,
+        harness.pg_database(f"t_celery_bench_{label}") as url,
+    ):
+        home = Path(tmp)
+        out = home / "out"
+        out.mkdir()
+        port = harness.free_port()
+        with redis_server(home) as redis_port:
+            broker = f"redis://127.0.0.1:{redis_port}/0"
+            env = harness.AirflowEnv(
+                venv,
+                home / "home",
+                db_url=url,
+                extra_env={
+                    "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+                    "AIRFLOW__CELERY__BROKER_URL": broker,
+                    "AIRFLOW__CELERY__RESULT_BACKEND": broker,
+                    "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",
+                    "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+                    "AIRFLOW__API__HOST": "127.0.0.1",
+                    "AIRFLOW__API__PORT": str(port),
+                    "AIRFLOW__API__WORKERS": "1",
+                    "AIRFLOW__API_AUTH__JWT_SECRET": "celery-bench-" + uuid.uuid4().hex,
+                    "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                    "CELERY_BENCH_OUT": str(out),
+                    **extra_env,
+                },
+            )
+            (env.dags_folder / f"{DAG_ID}.py").write_text(DAG_FILE)
+            worker = ["celery", "worker", "--concurrency", "1", "--celery-hostname", NODE]
+            with env:
+                env.airflow("db", "migrate", timeout=300)
+                env.start("api-server")
+                env.start("dag-processor")
+                env.start("scheduler")
+                env.start(*worker, name="worker-1")
+                harness.wait_for(
+                    lambda: env.airflow("dags", "list", "-o", "json", check=False).stdout.count(DAG_ID),
+                    timeout=180,
+                    interval=2,
+                    what="the Dag to be parsed",
+                )
+                env.airflow("dags", "unpause", DAG_ID)
+                env.airflow("dags", "trigger", DAG_ID)
+                harness.wait_for(
+                    lambda: any(e["try_number"] == 1 for e in _events(out)),
+                    timeout=180,
+                    interval=0.5,
+                    what=f"{label}: try 1 running",
+                )
+                time.sleep(2)
+                first = env.procs["worker-1"]
+                os.killpg(first.pid, signal.SIGKILL)  # the whole worker, as a killed container
+                first.wait(timeout=10)
+                restarted = time.time()
+                env.start(*worker, name="worker-2")
+                harness.wait_for(
+                    lambda: any(e["try_number"] == 2 for e in _events(out)),
+                    timeout=timeout,
+                    interval=1,
+                    what=f"{label}: try 2 running",
+                )
+                time.sleep(3)  # let try 2 finish and the scheduler record it
+                code = (
+                    "from airflow.utils.session import create_session\n"
+                    "from airflow.models.taskinstance import TaskInstance as TI\n"
+                    "from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH\n"
+                    "import json\n"
+                    "with create_session() as s:\n"
+                    f"    ti = s.query(TI).filter(TI.dag_id == '{DAG_ID}').one()\n"
+                    f"    h = s.query(TIH).filter(TIH.dag_id == '{DAG_ID}', TIH.try_number == 1).one()\n"
+                    "    print(json.dumps({'state': str(ti.state), 'try_number': ti.try_number,"
+                    " 'max_tries': ti.max_tries, 'infra_retry_count': getattr(ti, 'infra_retry_count', None),"
+                    " 'try1_cause': str(getattr(h, 'failure_cause', None))}))\n"
+                )
+                ti = json.loads(env.run_python(code).stdout.strip().splitlines()[-1])
+        events = _events(out)
+    second = next(e["started"] for e in events if e["try_number"] == 2)
+    return {"recovery_s": second - restarted, **ti}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--skip-unpatched", action="store_true", help="only measure the patched build")
+    parser.add_argument("--unpatched-timeout", type=float, default=1200)
+    args = parser.parse_args()
+    if not harness.pg_available():
+        print("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh", file=sys.stderr)
+        return 1
+
+    patched = measure(Path(sys.prefix), {"AIRFLOW__CORE__MAX_INFRA_RETRIES": "1"}, 300, "patched")
+    print(
+        "patched   (max_infra_retries=1; heartbeat timeout 300 s, infra_retry_delay 5 s, retry_delay 300 s): "
+        f"next try running {patched['recovery_s']:6.1f} s after the restart; try 1 cause "
+        f"{patched['try1_cause']}; final state {patched['state']}, try_number={patched['try_number']} "
+        f"max_tries={patched['max_tries']} infra_retry_count={patched['infra_retry_count']} (retries=1 left unspent)",
+        flush=True,
+    )
+    if args.skip_unpatched:
+        return 0
+    venv = unpatched_celery_venv()
+    unpatched = measure(venv, {}, args.unpatched_timeout, "unpatched")
+    print(
+        "unpatched (3.3.2 + celery 3.26.0, upstream defaults: heartbeat timeout 300 s, retry_delay 300 s): "
+        f"next try running {unpatched['recovery_s']:6.1f} s after the restart; final state "
+        f"{unpatched['state']}, try_number={unpatched['try_number']} max_tries={unpatched['max_tries']} "
+        "(its retry spent)",
+        flush=True,
+    )
+    print(f"ratio unpatched/patched: {unpatched['recovery_s'] / patched['recovery_s']:.1f}x faster recovery")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
