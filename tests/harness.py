@@ -280,9 +280,13 @@ UPSTREAM_WHEELS = Path(__file__).resolve().parents[1] / ".cache" / "upstream"
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "dev" / "constraints.txt"
 
 
-def unpatched_venv(path: str | Path | None = None) -> Path:
+def unpatched_venv(path: str | Path | None = None, *, providers: bool = False) -> Path:
     """
     Return a venv with the unpatched Airflow 3.3.2 wheels (core, task-sdk, standard provider).
+
+    With ``providers=True``, also the unpatched celery, cncf.kubernetes and amazon providers the
+    patched build carries, in ``$AIRFLOW_UNPATCHED_FULL_VENV`` or ``/work/venvs/unpatched-full``:
+    the same distributions as the patched ``.venv``, for benchmarks that compare the two.
 
     Uses ``$AIRFLOW_UNPATCHED_VENV`` or ``/work/venvs/unpatched`` when it exists and works; otherwise
     builds it there from the pinned wheels in ``.cache/upstream`` (a few minutes, once). A file lock
@@ -290,9 +294,11 @@ def unpatched_venv(path: str | Path | None = None) -> Path:
     """
     import fcntl
 
-    venv = Path(
-        path or os.environ.get("AIRFLOW_UNPATCHED_VENV", "/work/venvs/unpatched")
-    )
+    if providers:
+        default = os.environ.get("AIRFLOW_UNPATCHED_FULL_VENV", "/work/venvs/unpatched-full")
+    else:
+        default = os.environ.get("AIRFLOW_UNPATCHED_VENV", "/work/venvs/unpatched")
+    venv = Path(path or default)
 
     def works() -> bool:
         if not (venv / "bin" / "airflow").exists():
@@ -301,7 +307,8 @@ def unpatched_venv(path: str | Path | None = None) -> Path:
             [
                 str(venv / "bin" / "python"),
                 "-c",
-                "import airflow, psycopg2, asyncpg, statsd; print(airflow.__version__)",
+                "import airflow, psycopg2, asyncpg, statsd; print(airflow.__version__)"
+                + ("; import airflow.providers.celery, airflow.providers.amazon" if providers else ""),
             ],
             capture_output=True,
             text=True,
@@ -324,6 +331,9 @@ def unpatched_venv(path: str | Path | None = None) -> Path:
                 "apache_airflow_providers_standard-1.21.0-py3-none-any.whl",
             )
         ]
+        if providers:
+            wheels += [str(path) for path in sorted(UPSTREAM_WHEELS.glob("apache_airflow_providers_*.whl"))]
+            wheels = sorted(set(wheels))
         subprocess.run(
             [
                 str(venv / "bin" / "pip"),
