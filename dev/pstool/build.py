@@ -20,7 +20,7 @@ from pstool import PatchsetError
 from pstool.git import git, out
 from pstool.layout import tree_to_wheels
 from pstool.lock import Lock, PinnedFile, fetch, load_lock
-from pstool.paths import LOCK_FILE, ROOT, tree_dir
+from pstool.paths import DIST_DIR, LOCK_FILE, tree_dir
 from pstool.tree import BASE_REF
 
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -34,7 +34,7 @@ def local_version() -> str:
 
 
 def dist_dir() -> Path:
-    return Path(os.environ.get("PATCHSET_DIST", ROOT / "dist"))
+    return Path(os.environ.get("PATCHSET_DIST", DIST_DIR))
 
 
 def changed_files(tree: Path) -> dict[str, str]:

@@ -622,7 +622,9 @@ def _ruff() -> str | None:
     for candidate in (os.environ.get("PSTOOL_RUFF"), str(local), shutil.which("ruff")):
         if candidate and Path(candidate).is_file():
             return candidate
-    venv = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "ruff"
+    from pstool.paths import venv_dir
+
+    venv = venv_dir() / "bin" / "ruff"
     return str(venv) if venv.is_file() else None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import sys
 import tomllib
@@ -170,7 +171,8 @@ def fetch(lock: Lock | None = None, *, quiet: bool = False) -> dict[str, Path]:
     core = found[lock.wheel("apache-airflow-core").file]
     with zipfile.ZipFile(core) as zf:
         git_version = zf.read("airflow/git_version").decode().strip()
-    if not git_version.endswith(lock.commit):
+    # A release says ".release:<sha>", a pre-release build ".dev0+<sha>.dirty": the sha is the commit.
+    if lock.commit not in re.findall(r"[0-9a-f]{40}", git_version):
         raise PatchsetError(
             f"airflow/git_version in the core wheel is {git_version!r}, upstream.lock says {lock.commit}"
         )

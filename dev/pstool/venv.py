@@ -16,10 +16,12 @@ from pathlib import Path
 from pstool import PatchsetError
 from pstool.build import build, dist_dir
 from pstool.lock import fetch, load_lock, sha256_of
-from pstool.paths import PATCHES_DIR, ROOT, tree_dir, venv_dir
+from pstool.paths import LINE_DIR, PATCHES_DIR, ROOT, tree_dir, venv_dir
 
 REQUIREMENTS = ROOT / "dev" / "requirements-test.txt"
-CONSTRAINTS = ROOT / "dev" / "constraints.txt"
+# A line may pin its own third-party set (lines/X/constraints.txt); else it shares the default's.
+_LINE_CONSTRAINTS = LINE_DIR / "constraints.txt"
+CONSTRAINTS = _LINE_CONSTRAINTS if _LINE_CONSTRAINTS.is_file() else ROOT / "dev" / "constraints.txt"
 STAMP = ".patchset-stamp.json"
 
 
