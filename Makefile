@@ -1,9 +1,13 @@
-# airflow-patchset: patched Apache Airflow 3.3.2, built from pinned upstream wheels + patches/.
+# airflow-patchset: patched Apache Airflow, built from pinned upstream wheels + a patch series.
 # Everything bootstraps from a fresh clone: the first target run fetches, checks out, builds, installs.
+# LINE selects the upstream release line: 3.3 (default: upstream.lock, patches/, build/tree, .venv)
+# or 3.4 (lines/3.4/{upstream.lock,patches}, build/3.4/tree, .venv-3.4).
 SHELL := /bin/bash
 PY ?= python3
+LINE ?= 3.3
+export PATCHSET_LINE := $(LINE)
 PSTOOL := PYTHONPATH=$(CURDIR)/dev $(PY) -m pstool
-VENV := $(CURDIR)/.venv
+VENV := $(if $(filter 3.3,$(LINE)),$(CURDIR)/.venv,$(CURDIR)/.venv-$(LINE))
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
@@ -11,7 +15,8 @@ DEMO_ARGS ?=
         demo image export-upstream drift regenerate breeze-apply clean
 
 help:
-	@echo "make test       bootstrap everything and run the whole test suite (what CI runs)"
+	@echo "make test       bootstrap everything and run the whole test suite of one line (LINE=3.3 default)"
+	@echo "make test-all-lines   what CI runs: make test for the 3.3 line, then the 3.4 line's checks and tests"
 	@echo "make demo       start the patched Airflow locally and run the example Dags"
 	@echo "make install    fetch + checkout (if needed) + build patched wheels + refresh .venv"
 	@echo "make verify     series hygiene, trailers, strict apply, per-feature apply, review checks, generated files"
@@ -21,6 +26,7 @@ help:
 	@echo "make wheels     build patched wheels into dist/"
 	@echo "make export-upstream FEATURE=aip-97   PR-ready series in build/upstream/FEATURE"
 	@echo "make drift VERSION=3.3.3              classify each patch against a newer release"
+	@echo "  every target takes LINE=3.4 for the 3.4 line (lines/3.4), e.g. make install LINE=3.4"
 	@echo "make image      docker build of docker/Dockerfile (needs a Docker engine)"
 
 fetch:
@@ -74,7 +80,7 @@ image: wheels
 	  echo "Build on a machine with Docker: make wheels && docker build -f docker/Dockerfile ." >&2; \
 	  exit 1; \
 	fi
-	docker build -f docker/Dockerfile -t airflow-patchset:3.3.2 .
+	docker build -f docker/Dockerfile -t airflow-patchset:$(LINE) .
 
 export-upstream:
 	@test -n "$(FEATURE)" || (echo "usage: make export-upstream FEATURE=<feature>" >&2; exit 2)
@@ -89,4 +95,4 @@ drift:
 	$(PSTOOL) drift $(VERSION)
 
 clean:
-	rm -rf build dist .venv
+	rm -rf build dist .venv .venv-*

@@ -4,6 +4,9 @@ Airflow reads its configuration once per process, and each feature's conftest po
 AIRFLOW_HOME and database, so every directory runs in a fresh interpreter. Extra arguments are
 passed to every session (e.g. ``-m "not e2e"``). Exit status: 0 only if no session failed and at
 least one test ran.
+
+The release line is ``PATCHSET_LINE`` (``make test LINE=3.4``), run with that line's venv. tests/tooling
+tests pstool itself, which is the same code for every line: it runs on the default line only.
 """
 
 from __future__ import annotations
@@ -15,12 +18,17 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from pstool.paths import DEFAULT_LINE, LINE
+
 REPO = Path(__file__).resolve().parents[1]
+LINE_INDEPENDENT = {"tooling"}  # run once, on the default line
 ORDER = ["tooling", "upstream_unit", "aip97_core", "aip97_worker", "aip122", "asset_emit", "providers", "demo"]
 
 
 def directories() -> list[Path]:
     found = [p for p in sorted((REPO / "tests").iterdir()) if p.is_dir() and any(p.glob("test_*.py"))]
+    if LINE != DEFAULT_LINE:
+        found = [p for p in found if p.name not in LINE_INDEPENDENT]
     return sorted(found, key=lambda p: (ORDER.index(p.name) if p.name in ORDER else len(ORDER), p.name))
 
 
@@ -28,6 +36,7 @@ def main(argv: list[str]) -> int:
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     broken: list[str] = []
     started = time.monotonic()
+    print(f"release line {LINE}: {sys.executable}", flush=True)
     for directory in directories():
         with tempfile.NamedTemporaryFile(suffix=".xml") as report:
             t0 = time.monotonic()

@@ -1,4 +1,4 @@
-"""Project-wide pytest settings: markers and the location of the repository."""
+"""Project-wide pytest settings: markers, the repository, and which tests this line can run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,39 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# What each test directory exercises. On a line whose series lacks one of these features (or is
+# still porting it, see tests/lines.py) the directory's tests are skipped, with the reason.
+# A single test may name more with @pytest.mark.requires_feature("...").
+DIRECTORY_FEATURES: dict[str, tuple[str, ...]] = {
+    "aip97_core": ("aip-97",),
+    "aip97_worker": ("aip-97",),
+    "aip122": ("aip-97", "aip-122"),
+    "asset_emit": ("asset-emit",),
+    "providers": ("aip-97",),
+    "demo": ("asset-emit", "aip-97", "aip-122"),
+    "ui": ("aip-97", "aip-122"),
+}
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: end-to-end test with real Airflow processes (slow)")
     config.addinivalue_line("markers", "postgres: needs the PostgreSQL server from .ci/services.sh")
+    config.addinivalue_line(
+        "markers", "requires_feature(*names): skip unless this release line's series carries the features"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import lines
+
+    for item in items:
+        try:
+            directory = Path(item.path).resolve().relative_to(REPO / "tests").parts[0]
+        except ValueError:
+            continue  # a file outside tests/ (the in-patch unit tests of the tree)
+        needed = list(DIRECTORY_FEATURES.get(directory, ()))
+        for marker in item.iter_markers("requires_feature"):
+            needed.extend(marker.args)
+        reason = lines.missing(needed) if needed else None
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TREE = Path(os.environ.get("PATCHSET_TREE", REPO / "build" / "tree"))
+if str(REPO / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests"))
+
+from lines import TREE  # noqa: E402  (build/tree, or build/X/tree on another line; PATCHSET_TREE overrides)
+
 BASE_REF = "refs/patches/upstream-base"
 TEST_ROOTS = ("airflow-core/tests/", "task-sdk/tests/", "providers/", "shared/")
 

@@ -207,15 +207,17 @@ class _DagFactory:
         from airflow.models.dag_version import DagVersion
         from airflow.models.dagrun import DagRun
         from airflow.models.taskinstance import TaskInstance
-        from airflow.models.taskinstancehistory import TaskInstanceHistory
         from sqlalchemy import delete
+
+        from tests_common.test_utils.db import history_models
 
         if not self._dag_ids or self.session is None:
             return
         ids = list(self._dag_ids)
         self.session.rollback()
-        for model in (TaskInstanceHistory, TaskInstance, DagRun, DagVersion, DagModel):
-            self.session.execute(delete(model).where(model.dag_id.in_(ids)))
+        for model in (*history_models(), TaskInstance, DagRun, DagVersion, DagModel):
+            stmt = delete(model).where(model.dag_id.in_(ids))
+            self.session.execute(stmt.execution_options(include_all_attempts=True))
         self.session.commit()
         if self._own_session:
             self.session.close()

@@ -21,19 +21,40 @@ def _delete(*models) -> None:
 
     with create_session() as session:
         for model in models:
-            session.execute(delete(model))
+            # Airflow 3.4 keeps past tries as task_instance rows that an ORM hook hides unless asked.
+            session.execute(delete(model).execution_options(include_all_attempts=True))
+
+
+def _models_if_present(*names: str) -> list[type]:
+    """The ``module:Class`` models this Airflow has; a release line may have dropped some."""
+    import importlib
+
+    found = []
+    for name in names:
+        module, attr = name.split(":")
+        try:
+            found.append(getattr(importlib.import_module(module), attr))
+        except (ImportError, AttributeError):
+            continue
+    return found
+
+
+def history_models() -> list[type]:
+    """``[TaskInstanceHistory]`` where the line has that table (3.3); 3.4 keeps tries as TI rows."""
+    return _models_if_present("airflow.models.taskinstancehistory:TaskInstanceHistory")
 
 
 def clear_db_runs() -> None:
     """Delete Dag runs, task instances (and their history), XComs and task reschedules."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
-    from airflow.models.taskinstancehistory import TaskInstanceHistory
-    from airflow.models.taskmap import TaskMap
     from airflow.models.taskreschedule import TaskReschedule
-    from airflow.models.xcom import XComModel
 
-    _delete(XComModel, TaskMap, TaskReschedule, TaskInstanceHistory, TaskInstance, DagRun)
+    # 3.4 stores XComs in two tables behind a read-only XComModel view, and has no task_map table.
+    xcoms = _models_if_present("airflow.models.xcom:XComModelV2", "airflow.models.xcom:XComModelV1")
+    xcoms = xcoms or _models_if_present("airflow.models.xcom:XComModel")
+    task_map = _models_if_present("airflow.models.taskmap:TaskMap")
+    _delete(*xcoms, *task_map, TaskReschedule, *history_models(), TaskInstance, DagRun)
 
 
 def clear_db_dags() -> None:
