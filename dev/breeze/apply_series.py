@@ -8,7 +8,8 @@ Steps, each of which stops with a clear error and changes nothing when it fails:
 
 1. The checkout is a git work tree, with no uncommitted change (staged, unstaged or untracked
    outside ``files/``), and its HEAD is the series' base commit: the upstream release commit named
-   in ``upstream.lock`` (``[upstream] commit``; ``--base-commit`` overrides it).
+   in ``upstream.lock`` (``[upstream] commit``; ``--base-commit`` overrides it). ``PATCHSET_LINE=3.4``
+   (``make breeze-apply LINE=3.4``) takes the 3.4 line's lock and series instead.
 2. The feature's series is exported with ``pstool export-upstream`` (or read from ``--series``) and
    applied with ``git am`` (no 3-way). A patch that does not apply aborts the ``git am``, leaving the
    checkout at the base commit.
@@ -47,7 +48,12 @@ def _git(checkout: Path, *args: str, check: bool = True) -> subprocess.Completed
 
 
 def lock_base_commit() -> str:
-    return tomllib.loads((REPO / "upstream.lock").read_text())["upstream"]["commit"]
+    """The release commit of the selected line (``PATCHSET_LINE``, as for pstool; default 3.3)."""
+    line = os.environ.get("PATCHSET_LINE") or "3.3"
+    lock = REPO / "upstream.lock" if line == "3.3" else REPO / "lines" / line / "upstream.lock"
+    if not lock.is_file():
+        raise CheckoutError(f"no release line {line!r} in this repository ({lock} is missing)")
+    return tomllib.loads(lock.read_text())["upstream"]["commit"]
 
 
 def check_checkout(checkout: Path, base_commit: str) -> None:
@@ -130,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-commit", help="expected HEAD of the checkout (default: upstream.lock's commit)")
     parser.add_argument("--check", action="store_true", help="only check that the checkout is clean and at the base")
     args = parser.parse_args(argv)
-    base = args.base_commit or lock_base_commit()
     try:
+        base = args.base_commit or lock_base_commit()
         check_checkout(args.checkout, base)
         if args.check:
             print(f"{args.checkout}: clean, at the series' base commit {base[:12]}")
