@@ -30,13 +30,43 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+_NOT_COLLECTED: dict[str, str] = {}
+
+
+def _directory_of(path: Path) -> str | None:
+    try:
+        return Path(path).resolve().relative_to(REPO / "tests").parts[0]
+    except (ValueError, IndexError):
+        return None
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Don't import a directory whose features this line lacks: its modules import their code."""
+    import lines
+
+    directory = _directory_of(collection_path)
+    if directory not in DIRECTORY_FEATURES:
+        return None
+    reason = lines.missing(DIRECTORY_FEATURES[directory])
+    if reason is None:
+        return None
+    _NOT_COLLECTED[directory] = reason
+    return True
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    asked = {_directory_of(Path(config.invocation_params.dir) / a.split("::")[0]) for a in config.args}
+    for directory, reason in sorted(_NOT_COLLECTED.items()):
+        if directory in asked or None in asked:  # None: the whole of tests/ (or the repository)
+            terminalreporter.write_line(f"tests/{directory}: not run on this line: {reason}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     import lines
 
     for item in items:
-        try:
-            directory = Path(item.path).resolve().relative_to(REPO / "tests").parts[0]
-        except ValueError:
+        directory = _directory_of(item.path)
+        if directory is None:
             continue  # a file outside tests/ (the in-patch unit tests of the tree)
         needed = list(DIRECTORY_FEATURES.get(directory, ()))
         for marker in item.iter_markers("requires_feature"):
