@@ -11,6 +11,7 @@ killed on exit, so nothing is left behind.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import os
@@ -24,6 +25,9 @@ from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "dev"))
+from pstool.paths import DEFAULT_LINE, LINE  # noqa: E402  (make demo LINE=3.4)
+
 VENV_BIN = Path(sys.executable).parent
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
@@ -102,11 +106,26 @@ class Processes:
         self.procs.clear()
 
 
+def summary_features(path: Path) -> tuple[str, ...]:
+    """A summary module's ``FEATURES``, read without importing it (it may import their code)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "FEATURES" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise SystemExit(f"{path}: no FEATURES = (...) naming the features it shows")
+
+
 def load_summaries() -> list[ModuleType]:
+    """The summary modules whose features this release line carries whole (pstool.lines)."""
+    from pstool.lines import missing
+
     sys.path.insert(0, str(REPO / "examples" / "summaries"))
     modules = []
     for path in sorted((REPO / "examples" / "summaries").glob("*.py")):
         if path.name.startswith("_"):
+            continue
+        reason = missing(summary_features(path))
+        if reason:
+            print(f"not shown on this line: {path.stem} ({reason})", flush=True)
             continue
         spec = importlib.util.spec_from_file_location(f"demo_summary_{path.stem}", path)
         assert spec and spec.loader
@@ -162,7 +181,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8080)
     args = parser.parse_args()
 
-    home = REPO / "demo-home"
+    home = REPO / ("demo-home" if LINE == DEFAULT_LINE else f"demo-home-{LINE}")
     shutil.rmtree(home, ignore_errors=True)
     (home / "logs").mkdir(parents=True)
     port = free_port(args.port)
@@ -210,7 +229,10 @@ def main() -> int:
             print(f"\n{module.TITLE}")
             for line in module.summarize():
                 print(f"  {line}")
-        print_failed_task_pages(port)
+        if not summaries:
+            print("\n  (this line carries no feature whole yet: see lines/<line>/line.toml; Airflow itself runs)")
+        if any("aip-97" in summary_features(Path(m.__file__)) for m in summaries):
+            print_failed_task_pages(port)
         print(flush=True)
         if args.exit:
             return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from _common import latest_run, run_finished, short, tries
 
 TITLE = "AIP-122 infrastructure retries (aip122_infra_retry)"
+FEATURES = ("aip-97", "aip-122")  # the demo shows this module on a line that carries these whole
 DAG_IDS = ["aip122_infra_retry"]
 TRIGGER = ["aip122_infra_retry"]
 TIMEOUT = 180

@@ -5,6 +5,7 @@ from __future__ import annotations
 from _common import latest_run, run_finished, short, tries
 
 TITLE = "AIP-97 task failure classification (aip97_failure_causes)"
+FEATURES = ("aip-97",)  # the demo shows this module on a line that carries these whole
 DAG_IDS = ["aip97_failure_causes"]
 TRIGGER = ["aip97_failure_causes"]
 TIMEOUT = 240

@@ -7,6 +7,7 @@ import json
 from _common import latest_run, run_finished
 
 TITLE = "Explicit asset-event emission (asset_emit_ingestion, asset_emit_nightly_export)"
+FEATURES = ("asset-emit",)  # the demo shows this module on a line that carries these whole
 DAG_IDS = [
     "asset_emit_ingestion",
     "asset_emit_batch_consumer",

@@ -38,7 +38,9 @@ def test_demo_runs_the_examples_and_prints_the_summary() -> None:
     # Nothing it started is left running.
     import psutil
 
-    home = str(REPO / "demo-home")
+    from lines import DEFAULT_LINE, LINE
+
+    home = str(REPO / ("demo-home" if LINE == DEFAULT_LINE else f"demo-home-{LINE}"))
     left = []
     for process in psutil.process_iter():
         try:
