@@ -1,0 +1,145 @@
+"""
+``dev/upgrade_from_3_3.py prepare`` on small SQLite databases laid out like patched and pristine 3.3.2.
+
+What it refuses (no Airflow database, an unknown revision, a half-applied migration), what it carries
+and stamps, that a second run changes nothing, and that a failure part-way through (after two of the
+three migrations were undone: SQLite table rebuilds) leaves the database exactly as it was.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import sqlalchemy as sa
+
+REPO = Path(__file__).resolve().parents[2]
+TRY_COLS = "dag_id VARCHAR(250), task_id VARCHAR(250), run_id VARCHAR(250), map_index INTEGER, try_number INTEGER, state VARCHAR(20)"
+OURS = "failure_cause VARCHAR(20), failure_reason VARCHAR(1000), infra_retry_count INTEGER DEFAULT 0 NOT NULL"
+
+
+@pytest.fixture(scope="module")
+def up() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("upgrade_from_3_3", REPO / "dev" / "upgrade_from_3_3.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _db(tmp_path: Path, revision: str | None, *, ours: bool, idempotency: bool) -> str:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    extra = f", {OURS}" if ours else ""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        if revision:
+            conn.exec_driver_sql("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
+            conn.exec_driver_sql(f"INSERT INTO alembic_version VALUES ('{revision}')")
+        conn.exec_driver_sql(f"CREATE TABLE task_instance (id CHAR(32) PRIMARY KEY, {TRY_COLS}{extra})")
+        conn.exec_driver_sql(
+            f"CREATE TABLE task_instance_history (task_instance_id CHAR(32) PRIMARY KEY, {TRY_COLS}{extra})"
+        )
+        conn.exec_driver_sql("CREATE TABLE asset_event (id INTEGER PRIMARY KEY, asset_id INTEGER)")
+        if ours:
+            conn.exec_driver_sql(
+                "INSERT INTO task_instance VALUES ('a1', 'd', 't', 'r', -1, 2, 'success', NULL, NULL, 1)"
+            )
+            conn.exec_driver_sql(
+                "INSERT INTO task_instance_history VALUES ('a0', 'd', 't', 'r', -1, 1, 'failed', 'infra', 'lost', 0)"
+            )
+        if idempotency:
+            conn.exec_driver_sql(
+                "CREATE TABLE asset_event_idempotency_key (asset_id INTEGER NOT NULL, idempotency_key VARCHAR(250) "
+                "NOT NULL, asset_event_id INTEGER, created_at TIMESTAMP NOT NULL, PRIMARY KEY (asset_id, idempotency_key))"
+            )
+            conn.exec_driver_sql(
+                "CREATE INDEX idx_asset_event_idempotency_key_event_id ON asset_event_idempotency_key (asset_event_id)"
+            )
+            conn.exec_driver_sql("INSERT INTO asset_event VALUES (7, 3)")
+            conn.exec_driver_sql("INSERT INTO asset_event_idempotency_key VALUES (3, 'k', 7, '2026-12-01 00:00:00')")
+    engine.dispose()
+    return url
+
+
+def _dump(url: str) -> dict:
+    engine = sa.create_engine(url)
+    try:
+        insp = sa.inspect(engine)
+        with engine.connect() as conn:
+            return {
+                t: {
+                    "columns": [c["name"] for c in insp.get_columns(t)],
+                    "rows": sorted(map(tuple, conn.execute(sa.text(f"SELECT * FROM {t}")))),
+                }
+                for t in insp.get_table_names()
+            }
+    finally:
+        engine.dispose()
+
+
+def test_refuses_a_database_without_alembic_version(up, tmp_path):
+    url = _db(tmp_path, None, ours=False, idempotency=False)
+    with pytest.raises(up.Refused, match="not an Airflow metadata database"):
+        up.prepare(up.make_engine(url))
+
+
+def test_refuses_an_unknown_revision_and_changes_nothing(up, tmp_path):
+    url = _db(tmp_path, "0123456789ab", ours=True, idempotency=True)
+    before = _dump(url)
+    with pytest.raises(up.Refused, match="0123456789ab"):
+        up.prepare(up.make_engine(url))
+    assert _dump(url) == before
+
+
+def test_refuses_a_half_applied_migration(up, tmp_path):
+    url = _db(tmp_path, "704a18c1acc7", ours=False, idempotency=False)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE task_instance ADD COLUMN infra_retry_count INTEGER DEFAULT 0 NOT NULL")
+    engine.dispose()
+    with pytest.raises(up.Refused, match="aip-122's migration 704a18c1acc7 is only partly present"):
+        up.prepare(up.make_engine(url))
+
+
+def test_pristine_332_has_nothing_to_carry(up, tmp_path):
+    url = _db(tmp_path, "d2f4e1b3c5a7", ours=False, idempotency=False)
+    before = _dump(url)
+    assert up.prepare(up.make_engine(url), out=lambda *_: None)["action"] == "none"
+    assert _dump(url) == before
+
+
+def test_prepare_carries_undoes_and_stamps_then_is_a_no_op(up, tmp_path):
+    url = _db(tmp_path, "704a18c1acc7", ours=True, idempotency=True)
+    result = up.prepare(up.make_engine(url), out=lambda *_: None)
+    assert result["features"] == ["aip-122", "aip-97", "asset-emit"]
+    after = _dump(url)
+    assert after["alembic_version"]["rows"] == [("d2f4e1b3c5a7",)]
+    assert "asset_event_idempotency_key" not in after
+    for table in ("task_instance", "task_instance_history"):
+        assert not {"failure_cause", "failure_reason", "infra_retry_count"} & set(after[table]["columns"])
+    values = {(r[0], r[1]): r[2] for r in after["patchset_upgrade_ti_value"]["rows"]}
+    # Only non-empty values are carried; the history row's infra_retry_count 0 is not.
+    assert values == {("a1", "infra_retry_count"): "1", ("a0", "failure_cause"): "infra", ("a0", "failure_reason"): "lost"}
+    assert [r[:3] for r in after["patchset_upgrade_asset_event_idempotency_key"]["rows"]] == [(3, "k", 7)]
+
+    assert up.prepare(up.make_engine(url), out=lambda *_: None)["action"] == "none"
+    assert _dump(url) == after
+
+
+def test_a_failure_part_way_leaves_the_database_as_it_was(up, tmp_path, monkeypatch):
+    url = _db(tmp_path, "704a18c1acc7", ours=True, idempotency=True)
+    before = _dump(url)
+    real_drop = up._drop
+
+    def drop(conn, migration):
+        if migration.feature == "asset-emit":  # the last one undone: aip-122's and aip-97's rebuilds are done
+            raise RuntimeError("injected failure")
+        real_drop(conn, migration)
+
+    monkeypatch.setattr(up, "_drop", drop)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        up.prepare(up.make_engine(url), out=lambda *_: None)
+    assert _dump(url) == before

@@ -1,0 +1,286 @@
+"""
+End to end: a real patched-3.3.2 database upgraded to patched 3.4 with ``dev/upgrade_from_3_3.py``.
+
+For SQLite and PostgreSQL: the 3.3 line's ``.venv`` runs api-server, dag-processor and a scheduler
+(LocalExecutor, ``max_infra_retries=1``) over the Dags in ``dags/``: a try that loses its worker and
+is granted an infrastructure retry, two tries that fail in the task's code, and asset events emitted
+with idempotency keys. Then ``.venv-3.4`` runs the documented sequence -- ``prepare``, ``airflow db
+migrate``, ``restore`` -- each step twice (re-runnable), and the test checks that nothing is lost:
+every 3.3 task instance and history row is a ``task_instance`` row (history rows archived, same
+UUID and coordinates), every asset event is there unchanged, every carried value is either in the
+3.4 column of the same try or still in the holding table, and the asset idempotency keys likewise.
+On SQLite it also checks that ``prepare`` leaves the schema the 3.3 migrations' own downgrades leave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+
+import harness  # noqa: E402
+import lines  # noqa: E402
+
+VENV33 = Path(sys.executable).parent.parent
+VENV34 = REPO / ".venv-3.4"
+SCRIPT = REPO / "dev" / "upgrade_from_3_3.py"
+DAGS = ("upgrade_infra", "upgrade_app", "upgrade_emit")
+CARRIED = {"failure_cause": None, "failure_reason": None, "infra_retry_count": 0}
+
+pytestmark = [
+    pytest.mark.skipif(
+        lines.LINE != lines.DEFAULT_LINE,
+        reason="builds the patched 3.3.2 database with the 3.3 line's venv: runs in the 3.3 line's session",
+    ),
+    pytest.mark.skipif(
+        not harness.venv_python_ok(VENV34),
+        reason=f"needs the 3.4 line's venv {VENV34} (make install LINE=3.4)",
+    ),
+]
+
+
+def _http_ok(url: str) -> bool:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.status == 200
+
+
+@contextlib.contextmanager
+def _database(backend: str, tmp_path: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'airflow.db'}"
+        return
+    if not harness.pg_available():
+        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
+    with harness.pg_database("t_upgrade_33_34") as url:
+        yield url
+
+
+def _rows(url: str, sql: str) -> list[dict[str, Any]]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [dict(r) for r in conn.execute(sa.text(sql)).mappings()]
+    finally:
+        engine.dispose()
+
+
+def _norm_id(value: Any) -> str:
+    """A UUID as PostgreSQL (hyphenated) or SQLite (32 hex digits) hands it back, in one form."""
+    return str(uuid.UUID(str(value)))
+
+
+def _make_patched_33_database(url: str, home: Path) -> None:
+    """Run the Dags on the patched 3.3.2 stack until every run has finished."""
+    port = harness.free_port()
+    common = {
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__MAX_INFRA_RETRIES": "1",
+        "AIRFLOW__CORE__INFRA_RETRY_DELAY": "1",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "upgrade-" + uuid.uuid4().hex,
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+    }
+    with harness.AirflowEnv(VENV33, home, db_url=url, extra_env=common) as env:
+        shutil.copy(HERE / "dags" / "upgrade_dags.py", env.dags_folder)
+        env.airflow("db", "migrate", timeout=300)
+        env.start("api-server")
+        harness.wait_for(
+            lambda: _http_ok(f"http://127.0.0.1:{port}/execution/health"), timeout=180, what="api-server"
+        )
+        env.start("dag-processor")
+        env.start("scheduler")
+        for dag_id in DAGS:
+            harness.wait_for(
+                lambda d=dag_id: _rows(url, f"SELECT 1 FROM dag WHERE dag_id = '{d}'"),
+                timeout=120,
+                what=f"{dag_id} parsed",
+            )
+            env.airflow("dags", "trigger", dag_id, timeout=120)
+
+        def finished() -> bool:
+            runs = _rows(url, "SELECT dag_id, state FROM dag_run")
+            return len(runs) == len(DAGS) and all(r["state"] in ("success", "failed") for r in runs)
+
+        try:
+            harness.wait_for(finished, timeout=240, interval=1, what="every Dag run finished")
+        except TimeoutError:
+            print(_rows(url, "SELECT dag_id, task_id, state, try_number FROM task_instance"))
+            for name in list(env.procs):
+                print(f"==== {name}\n", env.log_text(name)[-4000:])
+            raise
+
+
+def _snapshot_33(url: str) -> dict[str, Any]:
+    cols = "dag_id, task_id, run_id, map_index, try_number, state, failure_cause, failure_reason, infra_retry_count"
+    tis = _rows(url, f"SELECT id, {cols} FROM task_instance")
+    history = _rows(url, f"SELECT task_instance_id AS id, {cols} FROM task_instance_history")
+    for row in (*tis, *history):
+        row["id"] = _norm_id(row["id"])
+    return {
+        "ti": tis,
+        "history": history,
+        "asset_event": _rows(url, "SELECT * FROM asset_event ORDER BY id"),
+        "idempotency": _rows(url, "SELECT asset_id, idempotency_key, asset_event_id FROM asset_event_idempotency_key"),
+    }
+
+
+def _script(step: str, url: str, home: Path) -> subprocess.CompletedProcess:
+    env = harness.AirflowEnv(VENV34, home, db_url=url)
+    proc = subprocess.run(
+        [env.python, str(SCRIPT), step], env=env.env, capture_output=True, text=True, timeout=600, check=False
+    )
+    print(f"---- {step}\n{proc.stdout}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def _schema(url: str, tables: tuple[str, ...]) -> dict[str, Any]:
+    engine = sa.create_engine(url)
+    try:
+        insp = sa.inspect(engine)
+        return {
+            t: {
+                "columns": [(c["name"], str(c["type"]), c["nullable"]) for c in insp.get_columns(t)],
+                "fks": sorted(
+                    (fk["name"] or "", tuple(fk["constrained_columns"]), fk["referred_table"], json.dumps(fk["options"], sort_keys=True))
+                    for fk in insp.get_foreign_keys(t)
+                ),
+                "indexes": sorted((i["name"], tuple(i["column_names"]), bool(i["unique"])) for i in insp.get_indexes(t)),
+                "unique": sorted((u["name"] or "", tuple(u["column_names"])) for u in insp.get_unique_constraints(t)),
+                "pk": insp.get_pk_constraint(t)["constrained_columns"],
+            }
+            for t in tables
+        } | {"tables": sorted(t for t in insp.get_table_names() if not t.startswith("patchset_upgrade_"))}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_patched_33_database_upgrades_to_34_without_loss(backend: str, tmp_path: Path) -> None:
+    with _database(backend, tmp_path) as url:
+        _make_patched_33_database(url, tmp_path / "home33")
+        before = _snapshot_33(url)
+
+        # The stack produced what the upgrade has to carry.
+        infra_granted = [r for r in before["ti"] if r["dag_id"] == "upgrade_infra" and r["infra_retry_count"] == 1]
+        assert len(infra_granted) == 1 and infra_granted[0]["state"] == "success", before["ti"]
+        assert {(r["dag_id"], r["failure_cause"]) for r in before["history"]} >= {
+            ("upgrade_infra", "infra"),
+            ("upgrade_app", "application"),
+        }, before["history"]
+        assert any(r["failure_cause"] == "application" for r in before["ti"]), before["ti"]
+        assert len(before["idempotency"]) == 2, before["idempotency"]
+        carried = {
+            (row["id"], column): row[column]
+            for row in (*before["ti"], *before["history"])
+            for column, empty in CARRIED.items()
+            if row[column] is not None and row[column] != empty
+        }
+
+        if backend == "sqlite":
+            # What our migrations' own downgrades leave (3.3 venv), to compare prepare's result with.
+            reference = tmp_path / "reference.db"
+            shutil.copy(tmp_path / "airflow.db", reference)
+            harness.AirflowEnv(VENV33, tmp_path / "home-ref", db_url=f"sqlite:///{reference}").airflow(
+                "db", "downgrade", "-r", "d2f4e1b3c5a7", "-y", timeout=300
+            )
+
+        home34 = tmp_path / "home34"
+        first = _script("prepare", url, home34)
+        assert first.returncode == 0, first.stderr
+        assert "stamped d2f4e1b3c5a7" in first.stdout
+        again = _script("prepare", url, home34)
+        assert again.returncode == 0 and "already prepared" in again.stdout, again.stdout
+        if backend == "sqlite":
+            tables = ("task_instance", "task_instance_history", "asset_event")
+            assert _schema(url, tables) == _schema(f"sqlite:///{reference}", tables)
+
+        too_early = _script("restore", url, home34)
+        assert too_early.returncode == 2 and "run `airflow db migrate`" in too_early.stderr
+
+        harness.AirflowEnv(VENV34, home34, db_url=url).airflow("db", "migrate", timeout=600)
+        restored = _script("restore", url, home34)
+        assert restored.returncode == 0, restored.stderr
+        restored_again = _script("restore", url, home34)
+        assert restored_again.returncode == 0, restored_again.stderr
+
+        # No task instance or history row lost: each is a task_instance row with its UUID and coordinates.
+        after = {_norm_id(r["id"]): r for r in _rows(url, "SELECT * FROM task_instance")}
+        for row in before["ti"]:
+            assert after[row["id"]]["working_set"] in (True, 1), row
+        for row in before["history"]:
+            assert after[row["id"]]["working_set"] is None and after[row["id"]]["archived_reason"] == "legacy", row
+        for row in (*before["ti"], *before["history"]):
+            got = after[row["id"]]
+            assert (got["dag_id"], got["task_id"], got["run_id"], got["region_index"], got["state"]) == (
+                row["dag_id"],
+                row["task_id"],
+                row["run_id"],
+                row["map_index"],
+                row["state"],
+            ), (row, got)
+        assert len(after) == len(before["ti"]) + len(before["history"])
+
+        # No asset event lost or changed.
+        events = {r["id"]: r for r in _rows(url, "SELECT * FROM asset_event")}
+        assert sorted(events) == [r["id"] for r in before["asset_event"]]
+        for row in before["asset_event"]:
+            assert {k: events[row["id"]][k] for k in row} == row
+
+        # Each carried value is in the 3.4 column of the same try, or still in the holding table.
+        engine = sa.create_engine(url)
+        insp = sa.inspect(engine)
+        engine.dispose()
+        ti_columns = {c["name"] for c in insp.get_columns("task_instance")}
+        held = {}
+        if insp.has_table("patchset_upgrade_ti_value"):
+            held = {
+                (_norm_id(r["try_id"]), r["column_name"]): r["value"]
+                for r in _rows(url, "SELECT try_id, column_name, value FROM patchset_upgrade_ti_value")
+            }
+        for (try_id, column), value in carried.items():
+            if column in ti_columns:
+                assert after[try_id][column] == value, (try_id, column)
+                assert (try_id, column) not in held
+            else:
+                assert held[(try_id, column)] == str(value), (try_id, column)
+        assert set(held) <= set(carried)
+
+        # The asset idempotency keys: in 3.4's table when it has one, else held.
+        keys = {(r["asset_id"], r["idempotency_key"], r["asset_event_id"]) for r in before["idempotency"]}
+        if insp.has_table("asset_event_idempotency_key"):
+            got_keys = _rows(url, "SELECT asset_id, idempotency_key, asset_event_id FROM asset_event_idempotency_key")
+        else:
+            got_keys = _rows(
+                url, "SELECT asset_id, idempotency_key, asset_event_id FROM patchset_upgrade_asset_event_idempotency_key"
+            )
+        assert {(r["asset_id"], r["idempotency_key"], r["asset_event_id"]) for r in got_keys} == keys
+
+        # The whole sequence again on the upgraded database changes nothing.
+        rerun = _script("run", url, home34)
+        assert rerun.returncode == 0, rerun.stderr
+        assert {_norm_id(r["id"]) for r in _rows(url, "SELECT id FROM task_instance")} == set(after)
