@@ -136,9 +136,8 @@ def airflow_conn() -> str:
 
 def installed_script():  # type: ignore[no-untyped-def]
     """The installed Airflow's Alembic revisions."""
-    from alembic.script import ScriptDirectory
-
     from airflow.utils.db import _get_alembic_config
+    from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(_get_alembic_config())
 
@@ -251,8 +250,18 @@ def _carry_try_columns(conn: Connection, values: sa.Table, columns: Iterable[str
             ).where(nonempty)
             result = conn.execute(
                 values.insert().from_select(
-                    ["try_id", "column_name", "value", "origin", "dag_id", "task_id", "run_id", "map_index",
-                     "try_number", "state"],
+                    [
+                        "try_id",
+                        "column_name",
+                        "value",
+                        "origin",
+                        "dag_id",
+                        "task_id",
+                        "run_id",
+                        "map_index",
+                        "try_number",
+                        "state",
+                    ],
                     select,
                 )
             )
@@ -302,7 +311,9 @@ def prepare(engine: Engine, out=print) -> dict[str, Any]:  # type: ignore[no-unt
                 )
             state = _state(conn)
             if state:
-                out(f"already prepared (from {state['source_revision']}); run `airflow db migrate`, then restore")
+                out(
+                    f"already prepared (from {state['source_revision']}); run `airflow db migrate`, then restore"
+                )
                 return {"action": "none", "revision": revision, "state": state}
             out("pristine 3.3.2 database: nothing to carry; run `airflow db migrate`")
             return {"action": "none", "revision": revision}
@@ -333,7 +344,7 @@ def prepare(engine: Engine, out=print) -> dict[str, Any]:  # type: ignore[no-unt
             if m.feature in features:
                 _drop(conn, m)
         conn.execute(sa.text("UPDATE alembic_version SET version_num = :r"), {"r": BASE_REVISION})
-        now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        now = datetime.datetime.now(datetime.UTC).isoformat()
         conn.execute(
             state.insert(),
             [
@@ -410,9 +421,7 @@ def _restore_try_values(conn: Connection, values: sa.Table) -> dict[str, dict[st
                     updates,
                 )
             if done:
-                conn.execute(
-                    values.delete().where(values.c.column_name == column, values.c.try_id.in_(done))
-                )
+                conn.execute(values.delete().where(values.c.column_name == column, values.c.try_id.in_(done)))
     return report
 
 
@@ -433,9 +442,11 @@ def _restore_table(conn: Connection, table: str) -> dict[str, int]:
         tally["no_table"] = len(rows)  # 3.4's table needs what 3.3 did not record
         return tally
     pk = [c.name for c in target.primary_key.columns]
-    common = [c for c in holding.c.keys() if c in target.c]
+    common = [c.name for c in holding.columns if c.name in target.c]
     parents = [
-        (fk.parent.name, fk.column.table.name, fk.column.name) for fk in target.foreign_keys if fk.parent.name in common
+        (fk.parent.name, fk.column.table.name, fk.column.name)
+        for fk in target.foreign_keys
+        if fk.parent.name in common
     ]
     for row in rows:
         where = [target.c[k] == row[k] for k in pk]
@@ -470,8 +481,12 @@ def restore(engine: Engine, out=print) -> dict[str, Any]:  # type: ignore[no-unt
         state = _state(conn)
         if not state:
             if _holding_tables(conn):
-                raise Refused(f"holding tables {_holding_tables(conn)} without {STATE_TABLE}: not ours to touch")
-            out("nothing carried (no prepare ran on this database, or everything was restored): nothing to do")
+                raise Refused(
+                    f"holding tables {_holding_tables(conn)} without {STATE_TABLE}: not ours to touch"
+                )
+            out(
+                "nothing carried (no prepare ran on this database, or everything was restored): nothing to do"
+            )
             return {"action": "none"}
         head = installed_script().get_current_head()
         if insp.has_table("task_instance_history") or revision != head:
@@ -495,14 +510,18 @@ def restore(engine: Engine, out=print) -> dict[str, Any]:  # type: ignore[no-unt
             for t in [*remaining, STATE_TABLE]:
                 conn.execute(sa.text(f"DROP TABLE {t}"))
         else:
-            now = datetime.datetime.now(datetime.timezone.utc).isoformat()
-            conn.execute(sa.text(f"DELETE FROM {STATE_TABLE} WHERE name IN ('restored_at', 'restore_report')"))
+            now = datetime.datetime.now(datetime.UTC).isoformat()
             conn.execute(
-                sa.text(f"INSERT INTO {STATE_TABLE} (name, value) VALUES ('restored_at', :n), ('restore_report', :r)"),
+                sa.text(f"DELETE FROM {STATE_TABLE} WHERE name IN ('restored_at', 'restore_report')")
+            )
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {STATE_TABLE} (name, value) VALUES ('restored_at', :n), ('restore_report', :r)"
+                ),
                 {"n": now, "r": json.dumps(report, sort_keys=True)},
             )
     for what, tally in report.items():
-        out(f"{what}: " + ", ".join(f"{k} {v}" for k, v in tally.items() if v))
+        out(f"{what}: " + (", ".join(f"{k} {v}" for k, v in tally.items() if v) or "nothing carried"))
     if any(remaining.values()):
         out(
             "kept for a later restore (3.4 cannot hold them yet): "
@@ -520,7 +539,8 @@ def status(engine: Engine, out=print) -> dict[str, Any]:  # type: ignore[no-unty
             "task_instance_history": sa.inspect(conn).has_table("task_instance_history"),
             "state": _state(conn),
             "holding": {
-                t: conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one() for t in _holding_tables(conn)
+                t: conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one()
+                for t in _holding_tables(conn)
             },
         }
     out(json.dumps(info, indent=2, sort_keys=True))

@@ -59,7 +59,9 @@ def _db(tmp_path: Path, revision: str | None, *, ours: bool, idempotency: bool) 
                 "CREATE INDEX idx_asset_event_idempotency_key_event_id ON asset_event_idempotency_key (asset_event_id)"
             )
             conn.exec_driver_sql("INSERT INTO asset_event VALUES (7, 3)")
-            conn.exec_driver_sql("INSERT INTO asset_event_idempotency_key VALUES (3, 'k', 7, '2026-12-01 00:00:00')")
+            conn.exec_driver_sql(
+                "INSERT INTO asset_event_idempotency_key VALUES (3, 'k', 7, '2026-12-01 00:00:00')"
+            )
     engine.dispose()
     return url
 
@@ -98,7 +100,9 @@ def test_refuses_a_half_applied_migration(up, tmp_path):
     url = _db(tmp_path, "704a18c1acc7", ours=False, idempotency=False)
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        conn.exec_driver_sql("ALTER TABLE task_instance ADD COLUMN infra_retry_count INTEGER DEFAULT 0 NOT NULL")
+        conn.exec_driver_sql(
+            "ALTER TABLE task_instance ADD COLUMN infra_retry_count INTEGER DEFAULT 0 NOT NULL"
+        )
     engine.dispose()
     with pytest.raises(up.Refused, match="aip-122's migration 704a18c1acc7 is only partly present"):
         up.prepare(up.make_engine(url))
@@ -122,7 +126,11 @@ def test_prepare_carries_undoes_and_stamps_then_is_a_no_op(up, tmp_path):
         assert not {"failure_cause", "failure_reason", "infra_retry_count"} & set(after[table]["columns"])
     values = {(r[0], r[1]): r[2] for r in after["patchset_upgrade_ti_value"]["rows"]}
     # Only non-empty values are carried; the history row's infra_retry_count 0 is not.
-    assert values == {("a1", "infra_retry_count"): "1", ("a0", "failure_cause"): "infra", ("a0", "failure_reason"): "lost"}
+    assert values == {
+        ("a1", "infra_retry_count"): "1",
+        ("a0", "failure_cause"): "infra",
+        ("a0", "failure_reason"): "lost",
+    }
     assert [r[:3] for r in after["patchset_upgrade_asset_event_idempotency_key"]["rows"]] == [(3, "k", 7)]
 
     assert up.prepare(up.make_engine(url), out=lambda *_: None)["action"] == "none"
@@ -143,3 +151,64 @@ def test_a_failure_part_way_leaves_the_database_as_it_was(up, tmp_path, monkeypa
     with pytest.raises(RuntimeError, match="injected failure"):
         up.prepare(up.make_engine(url), out=lambda *_: None)
     assert _dump(url) == before
+
+
+def _as_migrated_to_34(url: str, head: str) -> None:
+    """What 3.4's migrate does to the prepared database, as far as restore cares: history rows become
+    archived task_instance rows with the same UUID (0142), and the 3.4 build here has failure_cause /
+    failure_reason (the 3.4 aip-97 port) and the idempotency table (the 3.4 asset-emit port), but no
+    infra_retry_count (no aip-122 port yet)."""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO task_instance SELECT task_instance_id, dag_id, task_id, run_id, map_index, try_number, state "
+            "FROM task_instance_history"
+        )
+        conn.exec_driver_sql("DROP TABLE task_instance_history")
+        conn.exec_driver_sql("ALTER TABLE task_instance ADD COLUMN failure_cause VARCHAR(20)")
+        conn.exec_driver_sql("ALTER TABLE task_instance ADD COLUMN failure_reason VARCHAR(1000)")
+        conn.exec_driver_sql(
+            "CREATE TABLE asset_event_idempotency_key (asset_id INTEGER NOT NULL, idempotency_key VARCHAR(250) "
+            "NOT NULL, asset_event_id INTEGER REFERENCES asset_event(id), created_at TIMESTAMP NOT NULL, "
+            "PRIMARY KEY (asset_id, idempotency_key))"
+        )
+        conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{head}'")
+    engine.dispose()
+
+
+def test_restore_fills_what_34_holds_keeps_the_rest_and_never_overwrites(up, tmp_path):
+    url = _db(tmp_path, "704a18c1acc7", ours=True, idempotency=True)
+    engine = up.make_engine(url)
+    up.prepare(engine, out=lambda *_: None)
+    # Not migrated yet: restore refuses and changes nothing.
+    before = _dump(url)
+    with pytest.raises(up.Refused, match="run `airflow db migrate`"):
+        up.restore(engine, out=lambda *_: None)
+    assert _dump(url) == before
+
+    _as_migrated_to_34(url, up.installed_script().get_current_head())
+    # A value the 3.4 build recorded itself is never overwritten.
+    raw = sa.create_engine(url)
+    with raw.begin() as conn:
+        conn.exec_driver_sql("UPDATE task_instance SET failure_reason = 'recorded by 3.4' WHERE id = 'a0'")
+    raw.dispose()
+
+    result = up.restore(engine, out=lambda *_: None)
+    assert result["report"]["failure_cause"]["restored"] == 1
+    assert result["report"]["failure_reason"]["conflict"] == 1
+    assert result["report"]["infra_retry_count"]["no_column"] == 1
+    assert result["report"]["asset_event_idempotency_key"]["restored"] == 1
+    after = _dump(url)
+    rows = {r[0]: r for r in after["task_instance"]["rows"]}
+    assert rows["a0"][-2:] == ("infra", "recorded by 3.4")  # the archived try got its cause back
+    assert [r[:3] for r in after["asset_event_idempotency_key"]["rows"]] == [(3, "k", 7)]
+    held = {(r[0], r[1]) for r in after["patchset_upgrade_ti_value"]["rows"]}
+    assert held == {("a0", "failure_reason"), ("a1", "infra_retry_count")}
+    assert after["patchset_upgrade_asset_event_idempotency_key"]["rows"] == []
+
+    # Re-running changes nothing (but the time and report of the last restore).
+    up.restore(engine, out=lambda *_: None)
+    again = _dump(url)
+    assert {k: v for k, v in again.items() if k != "patchset_upgrade_state"} == {
+        k: v for k, v in after.items() if k != "patchset_upgrade_state"
+    }

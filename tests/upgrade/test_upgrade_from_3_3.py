@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,7 +36,8 @@ import harness  # noqa: E402
 import lines  # noqa: E402
 
 VENV33 = Path(sys.executable).parent.parent
-VENV34 = REPO / ".venv-3.4"
+#: The 3.4 line's venv (``make install LINE=3.4``); ``UPGRADE_VENV_34`` names another build of it.
+VENV34 = Path(os.environ.get("UPGRADE_VENV_34", REPO / ".venv-3.4"))
 SCRIPT = REPO / "dev" / "upgrade_from_3_3.py"
 DAGS = ("upgrade_infra", "upgrade_app", "upgrade_emit")
 CARRIED = {"failure_cause": None, "failure_reason": None, "infra_retry_count": 0}
@@ -143,7 +145,9 @@ def _snapshot_33(url: str) -> dict[str, Any]:
         "ti": tis,
         "history": history,
         "asset_event": _rows(url, "SELECT * FROM asset_event ORDER BY id"),
-        "idempotency": _rows(url, "SELECT asset_id, idempotency_key, asset_event_id FROM asset_event_idempotency_key"),
+        "idempotency": _rows(
+            url, "SELECT asset_id, idempotency_key, asset_event_id FROM asset_event_idempotency_key"
+        ),
     }
 
 
@@ -164,11 +168,20 @@ def _schema(url: str, tables: tuple[str, ...]) -> dict[str, Any]:
             t: {
                 "columns": [(c["name"], str(c["type"]), c["nullable"]) for c in insp.get_columns(t)],
                 "fks": sorted(
-                    (fk["name"] or "", tuple(fk["constrained_columns"]), fk["referred_table"], json.dumps(fk["options"], sort_keys=True))
+                    (
+                        fk["name"] or "",
+                        tuple(fk["constrained_columns"]),
+                        fk["referred_table"],
+                        json.dumps(fk["options"], sort_keys=True),
+                    )
                     for fk in insp.get_foreign_keys(t)
                 ),
-                "indexes": sorted((i["name"], tuple(i["column_names"]), bool(i["unique"])) for i in insp.get_indexes(t)),
-                "unique": sorted((u["name"] or "", tuple(u["column_names"])) for u in insp.get_unique_constraints(t)),
+                "indexes": sorted(
+                    (i["name"], tuple(i["column_names"]), bool(i["unique"])) for i in insp.get_indexes(t)
+                ),
+                "unique": sorted(
+                    (u["name"] or "", tuple(u["column_names"])) for u in insp.get_unique_constraints(t)
+                ),
                 "pk": insp.get_pk_constraint(t)["constrained_columns"],
             }
             for t in tables
@@ -186,7 +199,9 @@ def test_patched_33_database_upgrades_to_34_without_loss(backend: str, tmp_path:
         before = _snapshot_33(url)
 
         # The stack produced what the upgrade has to carry.
-        infra_granted = [r for r in before["ti"] if r["dag_id"] == "upgrade_infra" and r["infra_retry_count"] == 1]
+        infra_granted = [
+            r for r in before["ti"] if r["dag_id"] == "upgrade_infra" and r["infra_retry_count"] == 1
+        ]
         assert len(infra_granted) == 1 and infra_granted[0]["state"] == "success", before["ti"]
         assert {(r["dag_id"], r["failure_cause"]) for r in before["history"]} >= {
             ("upgrade_infra", "infra"),
@@ -233,7 +248,9 @@ def test_patched_33_database_upgrades_to_34_without_loss(backend: str, tmp_path:
         for row in before["ti"]:
             assert after[row["id"]]["working_set"] in (True, 1), row
         for row in before["history"]:
-            assert after[row["id"]]["working_set"] is None and after[row["id"]]["archived_reason"] == "legacy", row
+            assert (
+                after[row["id"]]["working_set"] is None and after[row["id"]]["archived_reason"] == "legacy"
+            ), row
         for row in (*before["ti"], *before["history"]):
             got = after[row["id"]]
             assert (got["dag_id"], got["task_id"], got["run_id"], got["region_index"], got["state"]) == (
@@ -273,10 +290,13 @@ def test_patched_33_database_upgrades_to_34_without_loss(backend: str, tmp_path:
         # The asset idempotency keys: in 3.4's table when it has one, else held.
         keys = {(r["asset_id"], r["idempotency_key"], r["asset_event_id"]) for r in before["idempotency"]}
         if insp.has_table("asset_event_idempotency_key"):
-            got_keys = _rows(url, "SELECT asset_id, idempotency_key, asset_event_id FROM asset_event_idempotency_key")
+            got_keys = _rows(
+                url, "SELECT asset_id, idempotency_key, asset_event_id FROM asset_event_idempotency_key"
+            )
         else:
             got_keys = _rows(
-                url, "SELECT asset_id, idempotency_key, asset_event_id FROM patchset_upgrade_asset_event_idempotency_key"
+                url,
+                "SELECT asset_id, idempotency_key, asset_event_id FROM patchset_upgrade_asset_event_idempotency_key",
             )
         assert {(r["asset_id"], r["idempotency_key"], r["asset_event_id"]) for r in got_keys} == keys
 
