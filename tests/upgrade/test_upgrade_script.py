@@ -1,9 +1,13 @@
 """
-``dev/upgrade_from_3_3.py prepare`` on small SQLite databases laid out like patched and pristine 3.3.2.
+``dev/upgrade_from_3_3.py`` on small databases laid out like patched and pristine 3.3.2 (and, for
+``restore``, like 3.4 after ``airflow db migrate``), on real SQLite and PostgreSQL.
 
-What it refuses (no Airflow database, an unknown revision, a half-applied migration), what it carries
-and stamps, that a second run changes nothing, and that a failure part-way through (after two of the
-three migrations were undone: SQLite table rebuilds) leaves the database exactly as it was.
+What ``prepare`` refuses (no Airflow database, an unknown revision, a half-applied migration), what
+it carries and stamps, that a second run changes nothing, and that a failure part-way through (after
+two of the three migrations were undone: SQLite table rebuilds) leaves the database as it was; that
+``restore`` refuses before the migrate, fills what the 3.4 schema holds into the same try's row
+(native UUID ids on PostgreSQL), never overwrites a value 3.4 recorded, keeps the rest, and is
+re-runnable. The real end-to-end upgrade is test_upgrade_from_3_3.py.
 """
 
 from __future__ import annotations
@@ -212,3 +216,57 @@ def test_restore_fills_what_34_holds_keeps_the_rest_and_never_overwrites(up, tmp
     assert {k: v for k, v in again.items() if k != "patchset_upgrade_state"} == {
         k: v for k, v in after.items() if k != "patchset_upgrade_state"
     }
+
+
+@pytest.mark.postgres
+def test_prepare_and_restore_on_postgresql_with_uuid_ids(up, tmp_path):
+    """The same carry and restore on PostgreSQL, where task_instance.id is a native UUID."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import harness
+
+    if not harness.pg_available():
+        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
+    live, archived = "0190a0b0-0000-7000-8000-000000000001", "0190a0b0-0000-7000-8000-000000000002"
+    with harness.pg_database("t_upgrade_prep") as url:
+        raw = sa.create_engine(url)
+        with raw.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
+            conn.exec_driver_sql("INSERT INTO alembic_version VALUES ('5c1e97a4f0b3')")  # aip-97 alone
+            cols = f"{TRY_COLS}, failure_cause VARCHAR(20), failure_reason VARCHAR(1000)"
+            conn.exec_driver_sql(f"CREATE TABLE task_instance (id UUID PRIMARY KEY, {cols})")
+            conn.exec_driver_sql(
+                f"CREATE TABLE task_instance_history (task_instance_id UUID PRIMARY KEY, {cols})"
+            )
+            conn.exec_driver_sql(
+                f"INSERT INTO task_instance VALUES ('{live}', 'd', 't', 'r', -1, 2, 'failed', 'application', 'boom')"
+            )
+            conn.exec_driver_sql(
+                f"INSERT INTO task_instance_history VALUES ('{archived}', 'd', 't', 'r', -1, 1, 'failed', 'infra', 'lost')"
+            )
+        engine = up.make_engine(url)
+        assert up.prepare(engine, out=lambda *_: None)["features"] == ["aip-97"]
+        with raw.begin() as conn:  # as 3.4's migrate leaves it, with the 3.4 aip-97 port's columns
+            conn.exec_driver_sql(
+                "INSERT INTO task_instance SELECT task_instance_id, dag_id, task_id, run_id, map_index, "
+                "try_number, state FROM task_instance_history"
+            )
+            conn.exec_driver_sql("DROP TABLE task_instance_history")
+            conn.exec_driver_sql(
+                "ALTER TABLE task_instance ADD COLUMN failure_cause VARCHAR(20), ADD COLUMN failure_reason VARCHAR(1000)"
+            )
+            conn.execute(
+                sa.text("UPDATE alembic_version SET version_num = :h"),
+                {"h": up.installed_script().get_current_head()},
+            )
+        result = up.restore(engine, out=lambda *_: None)
+        assert result["report"]["failure_cause"]["restored"] == 2, result
+        with raw.connect() as conn:
+            got = dict(
+                conn.exec_driver_sql(
+                    "SELECT id::text, failure_cause || ':' || failure_reason FROM task_instance"
+                ).all()
+            )
+            assert got == {live: "application:boom", archived: "infra:lost"}
+            assert not conn.execute(sa.text("SELECT to_regclass('patchset_upgrade_ti_value')")).scalar()
+        engine.dispose()
+        raw.dispose()
