@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
 .PHONY: help fetch checkout export export-check check verify install wheels services test test-fast test-e2e \
-        demo image export-upstream drift regenerate breeze-apply clean
+        demo image upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply clean
 
 help:
 	@echo "make test       bootstrap everything and run the whole test suite of one line (LINE=3.3 default)"
@@ -28,6 +28,7 @@ help:
 	@echo "make drift VERSION=3.3.3              classify each patch against a newer release"
 	@echo "  every target takes LINE=3.4 for the 3.4 line (lines/3.4), e.g. make install LINE=3.4"
 	@echo "make image      docker build of docker/Dockerfile (needs a Docker engine)"
+	@echo "make upgrade-db-from-3.3   upgrade the configured patched-3.3.2 database to 3.4 with .venv-3.4 (README)"
 
 fetch:
 	$(PSTOOL) fetch
@@ -70,6 +71,10 @@ test-fast: services install
 
 test-e2e: services install
 	$(RUN_TESTS) -m e2e $(PYTEST_ARGS)
+
+# prepare, airflow db migrate, restore (dev/upgrade_from_3_3.py) on the database Airflow's configuration names.
+upgrade-db-from-3.3:
+	$(CURDIR)/.venv-3.4/bin/python dev/upgrade_from_3_3.py run
 
 demo: install
 	$(VENV)/bin/python dev/demo.py $(DEMO_ARGS)
