@@ -547,6 +547,15 @@ def status(engine: Engine, out=print) -> dict[str, Any]:  # type: ignore[no-unty
     return info
 
 
+def require_34() -> None:
+    """Refuse to run with a 3.3 installation: its ``airflow db migrate`` would re-apply our 3.3 migrations."""
+    from importlib.metadata import version
+
+    installed = version("apache-airflow-core")
+    if tuple(int(p) for p in installed.split(".")[:2]) < (3, 4):
+        raise Refused(f"run this with the 3.4 installation (.venv-3.4), not apache-airflow-core {installed}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=("prepare", "restore", "run", "status"))
@@ -554,6 +563,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     engine = make_engine(args.conn or airflow_conn())
     try:
+        if args.step in ("prepare", "run"):
+            require_34()
         if args.step == "status":
             status(engine)
         if args.step in ("prepare", "run"):

@@ -270,3 +270,16 @@ def test_prepare_and_restore_on_postgresql_with_uuid_ids(up, tmp_path):
             assert not conn.execute(sa.text("SELECT to_regclass('patchset_upgrade_ti_value')")).scalar()
         engine.dispose()
         raw.dispose()
+
+
+def test_refuses_to_prepare_with_a_33_installation(up, tmp_path, capsys):
+    """With 3.3's venv, `run`'s `airflow db migrate` would re-apply our 3.3 migrations: refuse first."""
+    from importlib.metadata import version
+
+    if not version("apache-airflow-core").startswith("3.3."):
+        pytest.skip("needs the 3.3 line's venv")
+    url = _db(tmp_path, "704a18c1acc7", ours=True, idempotency=True)
+    before = _dump(url)
+    assert up.main(["run", "--conn", url]) == 2
+    assert "run this with the 3.4 installation" in capsys.readouterr().err
+    assert _dump(url) == before
