@@ -79,6 +79,13 @@ def clear_db_dag_bundles() -> None:
     _delete(DagBundleModel)
 
 
+def clear_db_jobs() -> None:
+    """Delete job rows (scheduler, triggerer, Dag processor jobs)."""
+    from airflow.jobs.job import Job
+
+    _delete(Job)
+
+
 def clear_db_assets() -> None:
     """Delete asset events, assets and their references (and, when present, emission idempotency keys)."""
     from airflow import models
