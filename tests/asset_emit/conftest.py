@@ -72,6 +72,9 @@ TEST_ENV = {
     "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
     "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
     "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+    # A test holds one parse of emit_test_dags.py in the Dag processor for up to 150 s.
+    "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "240",
+    "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "240",
     "AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN": "0.05",
     "AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MAX": "0.2",
     "EMIT_TEST_OUT": str(_OUT),
@@ -81,7 +84,7 @@ shutil.copytree(HERE / "dags", _HOME / "dags")
 DEMO_DAGS = sorted((HERE.parents[1] / "examples" / "dags").glob("asset_emit_*.py"))
 for _demo in DEMO_DAGS:
     shutil.copy(_demo, _HOME / "dags" / _demo.name)
-EXPECTED_DAGS = 11 + 4 * bool(DEMO_DAGS)
+EXPECTED_DAGS = 12 + 4 * bool(DEMO_DAGS)
 shutil.copytree(HERE / "plugins", _HOME / "plugins")
 
 
@@ -253,14 +256,14 @@ def stack() -> Iterator[Stack]:
             except httpx.HTTPError:
                 return False
 
-        wait_for(api_up, 90, "the api-server")
+        wait_for(api_up, 240, "the api-server")
 
         def dags_parsed() -> bool:
             resp = st.rest("GET", "/dags", params={"limit": 100})
             return resp.status_code == 200 and resp.json()["total_entries"] >= EXPECTED_DAGS
 
         try:
-            wait_for(dags_parsed, 90, "the test Dags to be parsed")
+            wait_for(dags_parsed, 240, "the test Dags to be parsed")
         except BaseException:
             print(st.log_tail("dag-processor", 80))
             raise

@@ -29,6 +29,41 @@ if out_dir := os.environ.get("EMIT_TEST_OUT"):
         json.dump(_parse_outcome, fh)
 
 
+def _hold_this_parse_if_asked() -> None:
+    """
+    Keep this parse of the file in the Dag processor busy while a test asks for it.
+
+    test_dag_callback_that_arrives_while_the_file_is_being_parsed drops ``hold-parse.request``
+    into EMIT_TEST_OUT and asks the Dag processor to reparse this file; the one Dag processor
+    parse that claims the request (by renaming it) waits until ``hold-parse.release`` appears.
+    Task processes and every other parse go on at once.
+    """
+    import sys
+    import time
+
+    out = os.environ.get("EMIT_TEST_OUT")
+    if not out or "dag-processor" not in sys.argv:
+        return
+    request = os.path.join(out, "hold-parse.request")
+    try:
+        os.rename(request, f"{request}.{os.getpid()}")
+    except FileNotFoundError:
+        return
+    with open(os.path.join(out, "hold-parse.started"), "w") as fh:
+        fh.write(str(os.getpid()))
+    deadline = time.monotonic() + 150
+    try:
+        while not os.path.exists(os.path.join(out, "hold-parse.release")):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the test never released the Dag processor")
+            time.sleep(0.2)
+    finally:
+        open(os.path.join(out, "hold-parse.ended"), "w").close()
+
+
+_hold_this_parse_if_asked()
+
+
 with DAG("emit_test_seed", schedule=None):
     # A run of this Dag gives the route tests a task instance to mint tokens for.
     @task(inlets=[API_TARGET, CB_SIGNAL, PARSE_TARGET, TEAM_ASSET])
@@ -119,6 +154,15 @@ with DAG("emit_test_dag_success", schedule=None, on_success_callback=_emit("dag_
         return "ok"
 
     fine()
+
+
+with DAG("emit_test_fail_while_busy", schedule=None, on_failure_callback=_emit("dag_failure_while_busy")):
+    # Fails at once; its Dag on_failure_callback is requested while the file is being processed.
+    @task(retries=0)
+    def fail_now():
+        raise RuntimeError("fails at once")
+
+    fail_now()
 
 
 def _forge(context):
