@@ -75,6 +75,9 @@ TEST_ENV = {
     # A test holds one parse of emit_test_dags.py in the Dag processor for up to 150 s.
     "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "240",
     "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "240",
+    # Task processes wait longer for the api-server than the 5 s default: on a loaded 2-core
+    # machine a task could otherwise fail before it starts (ReadTimeout in the LocalExecutor worker).
+    "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
     "AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN": "0.05",
     "AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MAX": "0.2",
     "EMIT_TEST_OUT": str(_OUT),
@@ -90,6 +93,20 @@ shutil.copytree(HERE / "plugins", _HOME / "plugins")
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: end-to-end test with real Airflow processes (slow)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """
+    Time only the test functions, not the shared stack's start.
+
+    The session-scoped ``stack`` fixture (migration, api-server, Dags parsed; each step bounded
+    by its own wait) is set up inside whichever test runs first; on a loaded machine that alone
+    could use up that test's timeout.
+    """
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        if marker is not None and "func_only" not in marker.kwargs:
+            item.add_marker(pytest.mark.timeout(*marker.args, **marker.kwargs, func_only=True), append=False)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -267,6 +284,9 @@ def stack() -> Iterator[Stack]:
         except BaseException:
             print(st.log_tail("dag-processor", 80))
             raise
+        # The tests import Airflow lazily; import it here, outside any test function's timeout.
+        import airflow.models.taskinstance  # noqa: F401
+
         yield st
     finally:
         st.stop()

@@ -270,7 +270,9 @@ def test_emit_under_dag_test(stack):
                 AssetEventIdempotencyKey.idempotency_key == key
             )
         )
-    [event] = [e for e in stack.events("emit_test_api_target") if e["id"] == event_id]
+    events = [e for e in stack.events("emit_test_api_target") if e["id"] == event_id]
+    assert len(events) == 1, (proc.stdout[-3000:], proc.stderr[-3000:])
+    [event] = events
     assert (event["source_dag_id"], event["source_task_id"]) == ("emit_test_dag_test", "emit_in_dag_test")
 
 
