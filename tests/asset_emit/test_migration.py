@@ -1,7 +1,8 @@
-"""Migration 0124 (asset_event_idempotency_key): downgrade removes the table, upgrade restores it."""
+"""The asset_event_idempotency_key migration: downgrade removes the table, upgrade restores it."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import uuid
@@ -12,8 +13,11 @@ from conftest import AIRFLOW, PG_ADMIN_URL, TEST_ENV, _psql
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-REVISION = "7c3a9e5b1f42"
-PREVIOUS = "d2f4e1b3c5a7"
+# The migration and the head it revises, per release line of the installed core (3.3: 0124 after
+# 3.3.0's head; 3.4: 0148 after 3.4.0b2's head, with its own revision id).
+_REVISIONS = {"3.3": ("7c3a9e5b1f42", "d2f4e1b3c5a7"), "3.4": ("e1a4c7b92d35", "9cffe90fa0c0")}
+_LINE = ".".join(importlib.metadata.version("apache-airflow-core").split(".")[:2])
+REVISION, PREVIOUS = _REVISIONS[_LINE]
 
 
 def _tables(url: str) -> set[str]:
