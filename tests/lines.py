@@ -20,6 +20,6 @@ from pstool.lines import missing, porting_features, series_features  # noqa: E40
 
 LINE: str = paths.LINE
 DEFAULT_LINE: str = paths.DEFAULT_LINE
-TREE: Path = paths.tree_dir()
+TREE: Path = paths.tree_dir().resolve()
 
 __all__ = ["DEFAULT_LINE", "LINE", "TREE", "missing", "porting_features", "series_features"]

@@ -1,8 +1,8 @@
 """
 Every unit test the series adds fails without the series: run them on pristine upstream.
 
-The tree's test files are run, through this same shim, in a venv holding only the pinned upstream
-wheels (apache-airflow-core 3.3.2, task-sdk 1.3.2 and the providers, unpatched). There, no test may
+The tree's test files are run, through this same shim, in a venv holding only the line's pinned
+upstream wheels (on the 3.3 line apache-airflow-core 3.3.2, task-sdk 1.3.2 and the providers, unpatched). There, no test may
 pass: each either fails to import what only its patch adds or fails an assertion.
 """
 
@@ -20,27 +20,27 @@ from tree_tests import TREE, tree_test_files
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CACHE = REPO / ".cache" / "upstream"
-UNPATCHED = [
-    "apache_airflow-3.3.2-py3-none-any.whl",
-    "apache_airflow_core-3.3.2-py3-none-any.whl",
-    "apache_airflow_task_sdk-1.3.2-py3-none-any.whl",
-    "apache_airflow_providers_standard-1.21.0-py3-none-any.whl",
-    "apache_airflow_providers_celery-3.26.0-py3-none-any.whl",
-    "apache_airflow_providers_cncf_kubernetes-10.25.0-py3-none-any.whl",
-    "apache_airflow_providers_amazon-9.39.0-py3-none-any.whl",
-]
+
+
+def _line():
+    """The line's pinned wheels (unpatched), its release, its venv place and its constraints."""
+    from pstool.lock import load_lock
+    from pstool.paths import BUILD_DIR
+    from pstool.venv import CONSTRAINTS
+
+    lock = load_lock()
+    return [CACHE / w.file for w in lock.wheels], lock.release, BUILD_DIR / "unpatched-venv", CONSTRAINTS
 
 
 def unpatched_python() -> Path:
-    """``build/unpatched-venv``: the pinned upstream wheels, unpatched, plus pytest (built once)."""
-    venv = REPO / "build" / "unpatched-venv"
+    """``build[/<line>]/unpatched-venv``: the line's pinned upstream wheels, unpatched, plus pytest (built once)."""
+    wheels, _, venv, constraints = _line()
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         "-c", str(REPO / "dev" / "constraints.txt"),
-         *(str(CACHE / w) for w in UNPATCHED), "pytest", "pytest-timeout"],
+         "-c", str(constraints), *map(str, wheels), "pytest", "pytest-timeout"],
         check=True,
     )
     return python
@@ -74,7 +74,7 @@ def test_no_tree_test_passes_on_unpatched_upstream(tmp_path: Path) -> None:
         [str(python), "-c", "import importlib.metadata as m; print(m.version('apache-airflow-core'))"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()
-    assert version == "3.3.2"
+    assert version == _line()[1]
     report = tmp_path / "report.xml"
     proc = subprocess.run(
         [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
