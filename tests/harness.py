@@ -77,6 +77,25 @@ def pg_database(prefix: str) -> Iterator[str]:
             pg_admin_execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
+
+@contextlib.contextmanager
+def backend_database(backend: str, tmp_path: Path, prefix: str) -> Iterator[str]:
+    """Yield the URL of a fresh database: a SQLite file in ``tmp_path``, or PostgreSQL ``<prefix>_<random>``.
+
+    A migration test runs once per backend; PostgreSQL missing is a failure, not a skip.
+    """
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'airflow.db'}"
+        return
+    if backend not in ("postgres", "postgresql"):
+        raise ValueError(f"unknown database backend {backend!r} (sqlite or postgresql)")
+    if not pg_available():
+        import pytest
+
+        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
+    with pg_database(prefix) as url:
+        yield url
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

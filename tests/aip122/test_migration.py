@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,16 +29,8 @@ DOWN_REVISION = "5c1e97a4f0b3"
 TABLES = ("task_instance", "task_instance_history")
 
 
-@contextlib.contextmanager
-def _database(backend: str, tmp_path: Path) -> Iterator[str]:
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'airflow.db'}"
-        return
-    if not harness.pg_available():
-        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
-    with harness.pg_database("t_aip122_mig") as url:
-        yield url
-
+def _database(backend: str, tmp_path: Path) -> contextlib.AbstractContextManager[str]:
+    return harness.backend_database(backend, tmp_path, "t_aip122_mig")
 
 def _state(url: str) -> dict:
     engine = sa.create_engine(url)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import harness
@@ -33,18 +32,8 @@ ROW_COLUMNS = (
 )
 
 
-@contextlib.contextmanager
-def _database(backend: str, tmp_path: Path) -> Iterator[str]:
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'airflow.db'}"
-    else:
-        if not harness.pg_available():
-            pytest.fail(
-                "PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh"
-            )
-        with harness.pg_database("t_aip97core_mig") as url:
-            yield url
-
+def _database(backend: str, tmp_path: Path) -> contextlib.AbstractContextManager[str]:
+    return harness.backend_database(backend, tmp_path, "t_aip97core_mig")
 
 def _snapshot(url: str) -> dict:
     engine = sa.create_engine(url)

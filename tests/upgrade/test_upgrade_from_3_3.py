@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +60,8 @@ def _http_ok(url: str) -> bool:
         return resp.status == 200
 
 
-@contextlib.contextmanager
-def _database(backend: str, tmp_path: Path) -> Iterator[str]:
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'airflow.db'}"
-        return
-    if not harness.pg_available():
-        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
-    with harness.pg_database("t_upgrade_33_34") as url:
-        yield url
-
+def _database(backend: str, tmp_path: Path) -> contextlib.AbstractContextManager[str]:
+    return harness.backend_database(backend, tmp_path, "t_upgrade_33_34")
 
 def _rows(url: str, sql: str) -> list[dict[str, Any]]:
     engine = sa.create_engine(url)
