@@ -246,6 +246,12 @@ def test_emit_under_dag_test(stack):
     import sys
     import uuid
 
+    # dag.test() runs its tasks itself; the stack's scheduler must not run them first. It would, for
+    # an unpaused Dag: the run's task is SCHEDULED in the shared database (on a loaded machine
+    # dag.test()'s in-process Execution API takes long enough to start for the scheduler to win, and
+    # its worker then emits without this test's key).
+    paused = stack.rest("PATCH", "/dags/emit_test_dag_test", json={"is_paused": True})
+    assert paused.status_code == 200, paused.text
     key = f"dag-test-{uuid.uuid4()}"
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
@@ -274,6 +280,10 @@ def test_emit_under_dag_test(stack):
     assert len(events) == 1, (proc.stdout[-3000:], proc.stderr[-3000:])
     [event] = events
     assert (event["source_dag_id"], event["source_task_id"]) == ("emit_test_dag_test", "emit_in_dag_test")
+    # The event is of dag.test()'s own run, which succeeded.
+    runs = stack.rest("GET", "/dags/emit_test_dag_test/dagRuns", params={"limit": 100}).json()["dag_runs"]
+    [run] = [r for r in runs if r["dag_run_id"] == event["source_run_id"]]
+    assert run["state"] == "success", run
 
 
 def test_dag_processor_refuses_a_forged_source(stack):
