@@ -189,13 +189,14 @@ def _forge(context):
         **({"reason": resp.reason} if hasattr(resp, "reason") else {}),
     }
     # A plain in-process Execution API built in the child (a raw POST: no client retries).
-    import httpx
+    import importlib
 
     from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
 
-    with httpx.Client(
-        transport=InProcessExecutionAPI().transport, base_url="http://in-process.invalid./"
-    ) as client:
+    transport = InProcessExecutionAPI().transport
+    # A client of the transport's own HTTP library: httpx on 3.3, httpx2 on 3.4.
+    http = importlib.import_module(type(transport).__module__.partition(".")[0])
+    with http.Client(transport=transport, base_url="http://in-process.invalid./") as client:
         resp = client.post(
             "asset-events",
             json={
