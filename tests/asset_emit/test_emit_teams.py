@@ -127,7 +127,8 @@ def _emit(url: str, token: str, body: dict) -> httpx.Response:
         f"{url}/execution/asset-events",
         json={"idempotency_key": f"team-{uuid.uuid4()}", **body},
         headers={"Authorization": f"Bearer {token}", "Airflow-API-Version": EXECUTION_API_VERSION},
-        timeout=30,
+        # The first request to the fresh api-server can take 20 s and more on a loaded machine.
+        timeout=90,
     )
 
 
