@@ -29,6 +29,15 @@ Run it with the Python of a venv that has the patched Task SDK installed::
         <tree>/task-sdk/src/airflow/sdk/execution_time/schema/schema.json
 
 On pristine upstream-base it reproduces the released schema.json byte for byte.
+
+``--typed-json-value``: file pydantic's ``JsonValue`` as the typed union of the six JSON types
+instead of the empty schema ``{}`` that pydantic renders for it. Pydantic (2.12 to 2.14 alike)
+gives ``{}`` (``JsonValue``'s JSON mode is ``any_schema()``), and the dump sees exactly one
+``JsonValue`` entry (no core/SDK duplicate for the title merge to pick from). 3.3.2's released
+snapshot has ``{}``; 3.4.0b2's has the typed union, which lang-SDK code generators can map to a
+type (the same gap 3.4's Execution API closes for its own ``JsonValue`` component in
+``execution_api/app.py``). So upstream's 3.4 snapshot step fills it in, and a line whose release
+shows that passes this flag (``[generators] supervisor_typed_json_value`` in its ``line.toml``).
 """
 
 from __future__ import annotations
@@ -40,7 +49,11 @@ import sys
 os.environ["_AIRFLOW__AS_LIBRARY"] = "1"
 
 
-def build_snapshot() -> str:
+#: ``JsonValue`` as 3.4.0b2's released snapshot files it (``--typed-json-value``).
+TYPED_JSON_VALUE = {"title": "JsonValue", "type": ["object", "array", "string", "number", "boolean", "null"]}
+
+
+def build_snapshot(*, typed_json_value: bool = False) -> str:
     """Return the snapshot document as text (without the trailing newline)."""
     from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
@@ -56,6 +69,8 @@ def build_snapshot() -> str:
     for key, title in renamed.items():
         entry = defs.pop(key)
         defs.setdefault(title, entry)
+    if typed_json_value and defs.get("JsonValue") == {}:
+        defs["JsonValue"] = dict(TYPED_JSON_VALUE)
 
     document = {
         "$schema": GenerateJsonSchema.schema_dialect,
@@ -70,4 +85,4 @@ def build_snapshot() -> str:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(build_snapshot() + "\n")
+    sys.stdout.write(build_snapshot(typed_json_value="--typed-json-value" in sys.argv[1:]) + "\n")

@@ -30,6 +30,7 @@ from pathlib import Path
 from pstool import PatchsetError
 from pstool.build import applied_patches
 from pstool.git import out
+from pstool.lines import generator_options
 from pstool.paths import BUILD_DIR, ROOT, tree_dir, venv_dir
 
 SDK_MODELS = "task-sdk/src/airflow/sdk/api/datamodels/_generated.py"
@@ -85,7 +86,10 @@ def run_generators(tree: Path, venv: Path, *, from_source: bool = False) -> None
         _run([py, "dev/generate_task_sdk_models.py"], tree / "task-sdk", venv, home, pythonpath)
         _run([str(venv / "bin" / "ruff"), "format", "--quiet", SDK_MODELS], tree, venv, home)
         _run([py, str(ROOT / "dev" / "generate_rest_api_spec.py"), str(tree)], home, venv, home, pythonpath)
-        schema = _run([py, str(ROOT / "dev" / "dump_supervisor_schemas.py")], home, venv, home, pythonpath)
+        dump = [py, str(ROOT / "dev" / "dump_supervisor_schemas.py")]
+        if generator_options().get("supervisor_typed_json_value"):
+            dump.append("--typed-json-value")
+        schema = _run(dump, home, venv, home, pythonpath)
         (tree / SUPERVISOR_SCHEMA).write_text(schema)
     finally:
         for target in placed:
@@ -146,6 +150,7 @@ def check_generated_from_source(tree: Path, what: str) -> str:
         " ".join(
             [out(tree, "rev-parse", f"HEAD:{d}") for d in ("airflow-core", "task-sdk", "shared")]
             + [hashlib.sha256((ROOT / "dev" / n).read_bytes()).hexdigest() for n in ("generate_rest_api_spec.py", "dump_supervisor_schemas.py")]
+            + [repr(sorted(generator_options().items()))]
         ).encode()
     ).hexdigest()[:20]
     done = json.loads(SELECTION_CACHE.read_text()) if SELECTION_CACHE.exists() else []
@@ -159,6 +164,53 @@ def check_generated_from_source(tree: Path, what: str) -> str:
     SELECTION_CACHE.parent.mkdir(parents=True, exist_ok=True)
     SELECTION_CACHE.write_text(json.dumps(sorted(set(done) | {key})))
     return f"{what}: generated files reproduce from its own source"
+
+
+PRISTINE_CACHE = BUILD_DIR / "generated-pristine.json"
+
+
+def _pristine_key() -> str:
+    """What the pristine check depends on: the line's pins, its generator settings and the generator code."""
+    from pstool.lock import load_lock
+    from pstool.venv import CONSTRAINTS
+
+    lock = load_lock()
+    parts = [repr((lock.commit, lock.wheels, lock.sources)), repr(sorted(generator_options().items()))]
+    parts += [hashlib.sha256(p.read_bytes()).hexdigest() for p in (CONSTRAINTS, Path(__file__))]
+    parts += [hashlib.sha256((ROOT / "dev" / n).read_bytes()).hexdigest() for n in ("generate_rest_api_spec.py", "dump_supervisor_schemas.py")]
+    parts += [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(GENERATOR_ROOT.rglob("*")) if p.is_file()]
+    return hashlib.sha256(" ".join(parts).encode()).hexdigest()[:20]
+
+
+def check_pristine(*, use_cache: bool = True) -> str:
+    """Fail unless the generators, run on the line's PRISTINE upstream tree (no patch), reproduce
+    upstream's generated files byte for byte: the task-sdk models, both REST specs, the UI client
+    and the supervisor schema. This is what proves the line's generator environment (its
+    constraints and ``[generators]`` settings) before any patch's generated file is trusted.
+    """
+    from pstool import ui
+    from pstool.layout import UI_CLIENT_DIR
+    from pstool.tree import scratch_tree
+
+    key = _pristine_key()
+    if use_cache and PRISTINE_CACHE.exists() and json.loads(PRISTINE_CACHE.read_text()).get("key") == key:
+        return f"generators reproduce pristine upstream's generated files (cached {key[:12]})"
+    tree = scratch_tree()
+    try:
+        run_generators(tree, venv_dir(), from_source=True)
+        ui.codegen(tree)
+        dirty = out(tree, "status", "--porcelain", "--", *GENERATED, UI_CLIENT_DIR)
+        if dirty:
+            diff = out(tree, "diff", "--", *GENERATED, UI_CLIENT_DIR)
+            raise PatchsetError(
+                "on pristine upstream the generators do not reproduce upstream's generated files "
+                f"(fix the line's generator environment first):\n{dirty}\n{diff[:4000]}"
+            )
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    PRISTINE_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    PRISTINE_CACHE.write_text(json.dumps({"key": key}))
+    return f"generators reproduce pristine upstream's generated files byte for byte ({len(GENERATED)} files and {UI_CLIENT_DIR})"
 
 
 def regenerate(tree: Path | None = None) -> None:

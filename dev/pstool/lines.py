@@ -31,6 +31,15 @@ def porting_features() -> frozenset[str]:
     return frozenset(tomllib.loads(path.read_text()).get("porting", {}).get("features", []))
 
 
+@functools.cache
+def generator_options() -> dict:
+    """The line's ``[generators]`` settings from ``line.toml`` (how upstream's generators ran for it)."""
+    path = paths.LINE_DIR / "line.toml"
+    if paths.LINE == paths.DEFAULT_LINE or not path.is_file():
+        return {}
+    return dict(tomllib.loads(path.read_text()).get("generators", {}))
+
+
 def missing(features: tuple[str, ...] | list[str]) -> str | None:
     """Why these features cannot be exercised whole on this line, or None when they can."""
     absent = [f for f in features if f not in series_features()]

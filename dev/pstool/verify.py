@@ -12,7 +12,9 @@
    full series puts earlier added lines above it. ``export-upstream`` re-renders the patches from
    that tree, so what goes upstream applies with no offset at all.
 5. Nothing already upstream: no patch reverse-applies to the pristine base.
-6. Generated files: a patch touches ``ui/dist``, ``*-generated.yaml`` or ``_generated.py`` only if
+6. Generated files: first, on the line's pristine upstream tree the generators reproduce every
+   generated file byte for byte (``check_pristine``: the line's generator environment is right);
+   then a patch touches ``ui/dist``, ``*-generated.yaml`` or ``_generated.py`` only if
    upstream's generator reproduces the file (see ``pstool.generated``); the UI's ``openapi-gen/``
    client must be what ``pnpm codegen`` makes of the patched REST specs.
    Each feature alone too: its selection's generated files are what the generators make of that
@@ -196,6 +198,10 @@ def verify(*, generated: bool = True) -> int:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print("ok  nothing already upstream")
+    if generated:
+        from pstool.generated import check_pristine
+
+        print(f"ok  {check_pristine()}")
     tree = check_strict_apply(patches)
     try:
         integ = [p.name for p in full_selection(patches) if p.is_integration]
