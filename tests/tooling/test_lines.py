@@ -91,3 +91,51 @@ def test_every_line_carries_the_same_provider_pins() -> None:
     default = providers(REPO / "upstream.lock")
     for lock in sorted((REPO / "lines").glob("*/upstream.lock")):
         assert providers(lock) == default, lock
+
+
+def _line_files(lock: Path) -> tuple[Path, Path | None]:
+    """(the line's constraints, its line.toml or None) as pstool.venv / pstool.lines pick them."""
+    line_dir = lock.parent
+    constraints = line_dir / "constraints.txt"
+    if line_dir == REPO or not constraints.is_file():
+        constraints = REPO / "dev" / "constraints.txt"
+    toml = line_dir / "line.toml" if line_dir != REPO else None
+    return constraints, toml if toml is not None and toml.is_file() else None
+
+
+def _sdk_wheel_text(lock: Path, member: str) -> str:
+    data = tomllib.loads(lock.read_text())
+    dist = next(d for d in data["dist"] if d["name"] == "apache-airflow-task-sdk")
+    wheel = REPO / ".cache" / "upstream" / dist["file"]
+    if not wheel.exists():
+        pytest.skip(f"{wheel.name} is not fetched here (make fetch LINE=...)")
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.read(member).decode()
+
+
+@pytest.mark.parametrize("lock", [REPO / "upstream.lock", *sorted((REPO / "lines").glob("*/upstream.lock"))])
+def test_each_line_pins_the_model_generator_its_release_was_generated_with(lock: Path) -> None:
+    """The line's constraints pin the datamodel-code-generator named in its release's _generated.py header
+    (a different version rewrites the header and the models; `pstool verify` proves the whole output)."""
+    header = _sdk_wheel_text(lock, "airflow/sdk/api/datamodels/_generated.py").splitlines()[:4]
+    (released,) = [line.split(":", 1)[1].strip() for line in header if line.startswith("#   version:")]
+    constraints, _ = _line_files(lock)
+    pins = [line.split("==", 1)[1].strip() for line in constraints.read_text().splitlines() if line.startswith("datamodel-code-generator==")]
+    assert pins == [released], f"{constraints.relative_to(REPO)} pins {pins}, the release was generated with {released}"
+
+
+@pytest.mark.parametrize("lock", [REPO / "upstream.lock", *sorted((REPO / "lines").glob("*/upstream.lock"))])
+def test_each_line_renders_jsonvalue_as_its_released_supervisor_schema_does(lock: Path) -> None:
+    """pydantic renders JsonValue as {}; a release whose schema.json files it typed needs the line's
+    [generators] supervisor_typed_json_value, and one that has {} must not set it."""
+    import json
+
+    released = json.loads(_sdk_wheel_text(lock, "airflow/sdk/execution_time/schema/schema.json"))["$defs"]["JsonValue"]
+    _, toml = _line_files(lock)
+    typed = bool(toml and tomllib.loads(toml.read_text()).get("generators", {}).get("supervisor_typed_json_value"))
+    sys.path.insert(0, str(REPO / "dev"))
+    try:
+        from dump_supervisor_schemas import TYPED_JSON_VALUE
+    finally:
+        sys.path.remove(str(REPO / "dev"))
+    assert released == (TYPED_JSON_VALUE if typed else {})
