@@ -22,4 +22,15 @@ LINE: str = paths.LINE
 DEFAULT_LINE: str = paths.DEFAULT_LINE
 TREE: Path = paths.tree_dir().resolve()
 
-__all__ = ["DEFAULT_LINE", "LINE", "TREE", "missing", "porting_features", "series_features"]
+__all__ = ["DEFAULT_LINE", "LINE", "PAST_TRIES", "TREE", "missing", "porting_features", "series_features"]
+
+#: The FROM-clause source of a task's *past* tries, for tests that read them with SQL. 3.3 keeps them
+#: in ``task_instance_history``; 3.4 keeps every try in ``task_instance`` and marks the archived ones
+#: ``working_set IS NULL`` (the live try is ``working_set IS TRUE``). The subquery keeps the 3.3 name
+#: as its alias, so ``SELECT try_number, failure_cause FROM {PAST_TRIES} WHERE dag_id = ...`` reads
+#: the same columns on both lines.
+PAST_TRIES: str = (
+    "task_instance_history"
+    if LINE == DEFAULT_LINE
+    else "(SELECT * FROM task_instance WHERE working_set IS NULL) AS task_instance_history"
+)
