@@ -62,6 +62,10 @@ def demo_env(home: Path, port: int) -> dict[str, str]:
         AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1",
         AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT="60",
         AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",
+        # The log servers of the scheduler's task processes and of the triggerer: upstream's ports
+        # when free, so a second demo (another line's, or CI running both lines) can start beside it.
+        AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port(8793)),
+        AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port(8794)),
         PYTHONUNBUFFERED="1",
     )
     # Feature switches the demo shows (AIP-122 is off by default; the demo turns it on).

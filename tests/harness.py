@@ -182,6 +182,10 @@ class AirflowEnv:
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
                 "PATH": f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
                 "PYTHONUNBUFFERED": "1",
+                # Each stack's own log-server ports, not upstream's fixed 8793/8794: two stacks (the
+                # two lines' suites in CI) would otherwise fight over them.
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             }
         )
         self.env.update(extra_env or {})
@@ -298,25 +302,63 @@ __all__ = [
 UPSTREAM_WHEELS = Path(__file__).resolve().parents[1] / ".cache" / "upstream"
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "dev" / "constraints.txt"
 
+#: Per release line: the unpatched upstream release, its wheels (core, task-sdk, the meta package
+#: and the standard provider), the third-party constraints its patched venv is built with, and
+#: where its unpatched venv lives by default (``$AIRFLOW_UNPATCHED_VENV`` names another, 3.3 only).
+UNPATCHED: dict[str, dict[str, Any]] = {
+    "3.3": {
+        "release": "3.3.2",
+        "wheels": (
+            "apache_airflow-3.3.2-py3-none-any.whl",
+            "apache_airflow_core-3.3.2-py3-none-any.whl",
+            "apache_airflow_task_sdk-1.3.2-py3-none-any.whl",
+            "apache_airflow_providers_standard-1.21.0-py3-none-any.whl",
+        ),
+        "constraints": CONSTRAINTS,
+        "venv": "/work/venvs/unpatched",
+    },
+    "3.4": {
+        "release": "3.4.0b2",
+        "wheels": (
+            "apache_airflow-3.4.0b2-py3-none-any.whl",
+            "apache_airflow_core-3.4.0b2-py3-none-any.whl",
+            "apache_airflow_task_sdk-1.4.0b2-py3-none-any.whl",
+            "apache_airflow_providers_standard-1.21.0-py3-none-any.whl",
+        ),
+        "constraints": Path(__file__).resolve().parents[1] / "lines" / "3.4" / "constraints.txt",
+        "venv": "/work/venvs/unpatched-3.4",
+    },
+}
 
-def unpatched_venv(path: str | Path | None = None, *, providers: bool = False) -> Path:
+
+def unpatched_venv(path: str | Path | None = None, *, providers: bool = False, line: str | None = None) -> Path:
     """
-    Return a venv with the unpatched Airflow 3.3.2 wheels (core, task-sdk, standard provider).
+    Return a venv with the unpatched Airflow wheels of a release line (core, task-sdk, standard provider).
 
-    With ``providers=True``, also the unpatched celery, cncf.kubernetes and amazon providers the
-    patched build carries, in ``$AIRFLOW_UNPATCHED_FULL_VENV`` or ``/work/venvs/unpatched-full``:
-    the same distributions as the patched ``.venv``, for benchmarks that compare the two.
+    ``line`` is the release line (``"3.3"``: 3.3.2, ``"3.4"``: 3.4.0b2); by default the line this
+    session tests (``PATCHSET_LINE``). With ``providers=True`` (3.3 only), also the unpatched celery,
+    cncf.kubernetes and amazon providers the patched build carries, in
+    ``$AIRFLOW_UNPATCHED_FULL_VENV`` or ``/work/venvs/unpatched-full``: the same distributions as the
+    patched ``.venv``, for benchmarks that compare the two.
 
-    Uses ``$AIRFLOW_UNPATCHED_VENV`` or ``/work/venvs/unpatched`` when it exists and works; otherwise
-    builds it there from the pinned wheels in ``.cache/upstream`` (a few minutes, once). A file lock
-    keeps concurrent builders from colliding.
+    Uses ``$AIRFLOW_UNPATCHED_VENV`` (3.3) or the line's default path when it exists and works;
+    otherwise builds it there from the pinned wheels in ``.cache/upstream`` (a few minutes, once).
+    A file lock keeps concurrent builders from colliding.
     """
     import fcntl
 
+    line = line or os.environ.get("PATCHSET_LINE") or "3.3"
+    if line not in UNPATCHED:
+        raise ValueError(f"no unpatched venv recipe for release line {line!r} (known: {', '.join(UNPATCHED)})")
+    recipe = UNPATCHED[line]
+    if providers and line != "3.3":
+        raise ValueError("providers=True is the 3.3 benchmarks' venv; the 3.4 line has none")
     if providers:
         default = os.environ.get("AIRFLOW_UNPATCHED_FULL_VENV", "/work/venvs/unpatched-full")
+    elif line == "3.3":
+        default = os.environ.get("AIRFLOW_UNPATCHED_VENV", recipe["venv"])
     else:
-        default = os.environ.get("AIRFLOW_UNPATCHED_VENV", "/work/venvs/unpatched")
+        default = recipe["venv"]
     venv = Path(path or default)
 
     def works() -> bool:
@@ -333,7 +375,7 @@ def unpatched_venv(path: str | Path | None = None, *, providers: bool = False) -
             text=True,
             check=False,
         )
-        return probe.returncode == 0 and probe.stdout.strip() == "3.3.2"
+        return probe.returncode == 0 and probe.stdout.strip() == recipe["release"]
 
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{venv}.lock", "w") as lock:
@@ -341,15 +383,7 @@ def unpatched_venv(path: str | Path | None = None, *, providers: bool = False) -
         if works():
             return venv
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        wheels = [
-            str(UPSTREAM_WHEELS / name)
-            for name in (
-                "apache_airflow-3.3.2-py3-none-any.whl",
-                "apache_airflow_core-3.3.2-py3-none-any.whl",
-                "apache_airflow_task_sdk-1.3.2-py3-none-any.whl",
-                "apache_airflow_providers_standard-1.21.0-py3-none-any.whl",
-            )
-        ]
+        wheels = [str(UPSTREAM_WHEELS / name) for name in recipe["wheels"]]
         if providers:
             wheels += [str(path) for path in sorted(UPSTREAM_WHEELS.glob("apache_airflow_providers_*.whl"))]
             wheels = sorted(set(wheels))
@@ -363,7 +397,7 @@ def unpatched_venv(path: str | Path | None = None, *, providers: bool = False) -
                 "asyncpg",
                 "statsd",  # the [statsd] extra: without it "StatsD on" silently sends nothing
                 "-c",
-                str(CONSTRAINTS),
+                str(recipe["constraints"]),
             ],
             check=True,
         )
