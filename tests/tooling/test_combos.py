@@ -1,20 +1,24 @@
-"""Each feature alone, with only its dependency closure, runs and migrates a real 3.3.2 database.
+"""Each feature alone, with only its dependency closure, runs and migrates a real database of its line.
 
 ``pstool verify`` proves that every selection applies and passes the review checks; this test
-runs what it cannot: the selection's code. For asset-emit alone, aip-97 alone and aip-122 (with
-aip-97), the selection is applied to a scratch pristine tree, and the *unpatched* 3.3.2 venv runs
-that tree's ``airflow-core/src`` and ``task-sdk/src`` ahead of its own (``PYTHONPATH``): a 3.3.2
-database made by the unpatched venv is upgraded to the selection's single head, which must be the
-``"3.4.0"`` entry of that tree's ``_REVISION_HEADS_MAP`` and add the feature's tables and columns,
-then downgraded back to 3.3.2's head, and the unpatched 3.3.2 accepts it again. The full series
-is covered by each feature's own migration tests (tests/asset_emit, tests/aip97_core, tests/aip122)
-against the installed patched wheels.
+runs what it cannot: the selection's code, on each release line (3.3.2 and 3.4.0b2). For asset-emit
+alone, aip-97 alone and aip-122 (with aip-97), the line's selection is applied to a scratch pristine
+tree of that line, and the line's *unpatched* venv runs that tree's ``airflow-core/src`` and
+``task-sdk/src`` ahead of its own (``PYTHONPATH``): a database made by the unpatched release is
+upgraded to the selection's single head, which must be the ``"3.4.0"`` entry of that tree's
+``_REVISION_HEADS_MAP`` and add the feature's tables and columns, then downgraded back to the
+release's head, and the unpatched release accepts it again. The full series is covered by each
+feature's own migration tests (tests/asset_emit, tests/aip97_core, tests/aip122) against the
+installed patched wheels.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,10 +30,35 @@ sys.path.insert(0, str(REPO / "dev"))
 sys.path.insert(0, str(REPO / "tests"))
 
 import harness  # noqa: E402
-from pstool.series import dependency_closure, load_series, select_patches  # noqa: E402
-from pstool.tree import apply_series, scratch_tree  # noqa: E402
+from pstool.tree import scratch_tree  # noqa: E402
 
-BASE_HEAD = "d2f4e1b3c5a7"  # 3.3.2's migration head (0123)
+#: Each line's unpatched migration head: 3.3.2's 0123, 3.4.0b2's own head after its 0124-0147.
+BASE_HEAD = {"3.3": "d2f4e1b3c5a7", "3.4": "9cffe90fa0c0"}
+
+#: Applies one feature's dependency closure of a line's series to a scratch pristine tree of that
+#: line, in a process whose PATCHSET_LINE is that line (pstool reads the line once per process).
+#: Prints the tree and the selection's features as JSON.
+_SELECT = """
+import json, sys
+from pathlib import Path
+from pstool.series import dependency_closure, load_series, select_patches
+from pstool.tree import apply_series, scratch_tree
+patches = load_series()
+closure = dependency_closure(sys.argv[1], patches)
+tree = scratch_tree(Path(sys.argv[2]))
+apply_series(tree, select_patches(patches, closure), allow_offset=True)
+print(json.dumps({"tree": str(tree), "closure": sorted(closure)}))
+"""
+
+
+def _select(line: str, feature: str, parent: Path) -> tuple[Path, set[str]]:
+    env = {**os.environ, "PATCHSET_LINE": line, "PYTHONPATH": str(REPO / "dev")}
+    proc = subprocess.run(
+        [sys.executable, "-c", _SELECT, feature, str(parent)], env=env, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, f"{line} {feature}: selecting the closure failed:\n{proc.stderr[-3000:]}"
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    return Path(found["tree"]), set(found["closure"])
 # What each feature's migration adds; a selection must have exactly its features' additions.
 ADDS = {
     "asset-emit": ("asset_event_idempotency_key", None),
@@ -67,31 +96,29 @@ def _present(features: set[str], tables: set[str], ti_columns: set[str]) -> set[
 
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("line", sorted(BASE_HEAD))
 @pytest.mark.parametrize("feature", ["asset-emit", "aip-97", "aip-122"])
-def test_feature_alone_migrates_a_real_332_database_up_and_down(feature: str, tmp_path: Path) -> None:
-    patches = load_series(REPO / "patches")
-    closure = dependency_closure(feature, patches)
-    tree = scratch_tree(tmp_path)
+def test_feature_alone_migrates_a_real_database_up_and_down(line: str, feature: str, tmp_path: Path) -> None:
+    tree, closure = _select(line, feature, tmp_path)
     try:
-        apply_series(tree, select_patches(patches, closure), allow_offset=True)
         head = _heads_map_head(tree)
-        unpatched = harness.unpatched_venv()
+        unpatched = harness.unpatched_venv(line=line)
         home = tmp_path / "home"
         url = f"sqlite:///{tmp_path / 'airflow.db'}"
         old = harness.AirflowEnv(unpatched, home, db_url=url)
         old.airflow("db", "migrate")
-        assert _schema(url)[0] == BASE_HEAD
+        assert _schema(url)[0] == BASE_HEAD[line]
         overlay = f"{tree / 'airflow-core/src'}:{tree / 'task-sdk/src'}"
         new = harness.AirflowEnv(unpatched, home, db_url=url, extra_env={"PYTHONPATH": overlay})
         where = new.run_python("import airflow.utils.db as d; print(d.__file__)").stdout.strip()
         assert where.startswith(str(tree)), f"the selection's source is not the one imported: {where}"
         new.airflow("db", "migrate")
         rev, tables, ti_columns = _schema(url)
-        assert rev == head, f"{feature}: migrated to {rev}, but _REVISION_HEADS_MAP['3.4.0'] is {head}"
+        assert rev == head, f"{line} {feature}: migrated to {rev}, but _REVISION_HEADS_MAP['3.4.0'] is {head}"
         assert _present(closure, tables, ti_columns) == closure & set(ADDS)
-        new.airflow("db", "downgrade", "--to-revision", BASE_HEAD, "-y")
+        new.airflow("db", "downgrade", "--to-revision", BASE_HEAD[line], "-y")
         rev, tables, ti_columns = _schema(url)
-        assert rev == BASE_HEAD and not _present(closure, tables, ti_columns)
+        assert rev == BASE_HEAD[line] and not _present(closure, tables, ti_columns)
         old.airflow("db", "check-migrations", "-t", "5")
     finally:
         shutil.rmtree(tree, ignore_errors=True)
