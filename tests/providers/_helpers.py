@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import lines
+
+#: The Redis database numbers of this line's Celery tests (test_celery_e2e.py, then
+#: test_celery_failure_cause.py and the modules that share its fixture). The 3.3 and 3.4 suites may
+#: run at the same time against the one Redis of .ci/services.sh, and each test flushes its database.
+REDIS_DBS: dict[str, tuple[int, int]] = {"3.3": (12, 13), "3.4": (14, 15)}
+REDIS_DB_E2E, REDIS_DB_IN_PROCESS = REDIS_DBS[lines.LINE]
+
+#: A condition that keeps only the *live* try of a ``task_instance`` row set, for SQL that also
+#: reads past tries from ``lines.PAST_TRIES``. 3.4 keeps archived tries as ``task_instance`` rows
+#: (``working_set IS NULL``); on 3.3 every ``task_instance`` row is the live try.
+LIVE_TRY = "TRUE" if lines.LINE == lines.DEFAULT_LINE else "working_set IS TRUE"
+
 
 def core_supports_failure_cause() -> bool:
     from airflow.executors.base_executor import BaseExecutor

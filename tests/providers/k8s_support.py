@@ -13,11 +13,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import lines
+
 K8S_FIXTURES = Path(__file__).parent / "fixtures" / "k8s"
 
+#: 3.4's executors key a try by its attempt UUID (``TaskInstanceUuid``; the cncf.kubernetes provider
+#: turns it on when the core has ``BaseExecutor.get_task_key``), and 3.4's KubernetesExecutor puts
+#: that UUID on every pod it creates (the ``task_instance_id`` annotation), then fails only a pod
+#: that carries it. On 3.3 the key is the ``TaskInstanceKey`` read from the other annotations.
+UUID_KEYS = lines.LINE != lines.DEFAULT_LINE
+#: The attempt UUID of the fixtures' pods on a line with UUID keys.
+TI_ID = "0193d1a2-7c4e-7b8f-9a01-2d4c9f0a0001"
 
-def load_pod(name: str) -> dict[str, Any]:
-    return json.loads((K8S_FIXTURES / f"{name}.json").read_text())
+
+def load_pod(name: str, *, ti_id: str | None = TI_ID) -> dict[str, Any]:
+    """A pod fixture, annotated with the attempt UUID ``ti_id`` as the line's executor annotates it."""
+    pod = json.loads((K8S_FIXTURES / f"{name}.json").read_text())
+    if UUID_KEYS and ti_id is not None:
+        pod["metadata"]["annotations"]["task_instance_id"] = ti_id
+    return pod
 
 
 class FakeKubeAPI:

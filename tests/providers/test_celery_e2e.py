@@ -26,11 +26,14 @@ import pytest
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
-from _helpers import core_supports_failure_cause  # noqa: E402
+import lines  # noqa: E402
+from _helpers import LIVE_TRY, REDIS_DB_E2E, core_supports_failure_cause  # noqa: E402
 from harness import AirflowEnv, free_port, pg_available, pg_database, wait_for  # noqa: E402
 
+pytestmark = pytest.mark.requires_feature("aip-97-celery")
+
 VENV = Path(sys.executable).parent.parent
-REDIS_DB = 12
+REDIS_DB = REDIS_DB_E2E  # this line's own Redis database (the other line's suite may run at once)
 DAG_ID, TASK_ID = "aip97_celery_lost_worker", "lose_worker"
 HEARTBEAT_TIMEOUT = 300  # far beyond the test: a failure seen within seconds came from the executor
 
@@ -114,7 +117,9 @@ def celery_run(tmp_path_factory):
                     lambda: [
                         r
                         for r in query(
-                            db_url, "SELECT state FROM task_instance WHERE dag_id = %(d)s", d=DAG_ID
+                            db_url,
+                            f"SELECT state FROM task_instance WHERE dag_id = %(d)s AND {LIVE_TRY}",
+                            d=DAG_ID,
                         )
                         if r["state"] in final
                     ],
@@ -137,9 +142,9 @@ def tries(db_url: str) -> list[dict]:
     """Every try of the task instance: archived tries first, then the live row."""
     cols = "try_number, state, failure_cause, failure_reason"
     history = query(
-        db_url, f"SELECT {cols} FROM task_instance_history WHERE dag_id = %(d)s ORDER BY try_number", d=DAG_ID
+        db_url, f"SELECT {cols} FROM {lines.PAST_TRIES} WHERE dag_id = %(d)s ORDER BY try_number", d=DAG_ID
     )
-    live = query(db_url, f"SELECT {cols} FROM task_instance WHERE dag_id = %(d)s", d=DAG_ID)
+    live = query(db_url, f"SELECT {cols} FROM task_instance WHERE dag_id = %(d)s AND {LIVE_TRY}", d=DAG_ID)
     return history + live
 
 
@@ -159,6 +164,7 @@ def test_lost_worker_child_is_infra(celery_run):
 
 @pytest.mark.e2e
 @pytest.mark.timeout(420)
+@pytest.mark.requires_feature("aip-122")
 @pytest.mark.skipif(not aip122_installed(), reason="AIP-122 ([core] max_infra_retries) is not installed")
 def test_infra_retry_succeeds_on_second_try(celery_run):
     db_url, _ = celery_run
@@ -170,6 +176,7 @@ def test_infra_retry_succeeds_on_second_try(celery_run):
 
 @pytest.mark.e2e
 @pytest.mark.timeout(420)
+@pytest.mark.requires_feature("aip-122")
 @pytest.mark.skipif(not aip122_installed(), reason="AIP-122 ([core] max_infra_retries) is not installed")
 def test_lost_pool_child_stops_task_code_before_try_2(celery_run):
     """Issue 9, part 1: by the time try 1 is recorded as infra and retried, its task code has stopped."""
@@ -181,7 +188,7 @@ def test_lost_pool_child_stops_task_code_before_try_2(celery_run):
     try2_start = [r["t"] for r in records if r["try"] == 2 and r.get("start")]
     assert any(r["try"] == 1 and r.get("before_kill") for r in records), "try 1 never ran its task code"
     assert len(try2_start) == 1, records[-5:]
-    live = query(db_url, "SELECT start_date FROM task_instance WHERE dag_id = %(d)s", d=DAG_ID)[0]
+    live = query(db_url, f"SELECT start_date FROM task_instance WHERE dag_id = %(d)s AND {LIVE_TRY}", d=DAG_ID)[0]
     last_try1 = max(try1)
     assert last_try1 < live["start_date"].timestamp(), (
         f"try 1 was still running task code {last_try1 - live['start_date'].timestamp():.1f}s "

@@ -10,9 +10,11 @@ import os
 import uuid
 
 import pytest
-from _helpers import core_supports_failure_cause, event_failure
+from _helpers import REDIS_DB_IN_PROCESS, core_supports_failure_cause, event_failure
 
-REDIS_DB = 13  # this test module's own Redis database
+pytestmark = pytest.mark.requires_feature("aip-97-celery")
+
+REDIS_DB = REDIS_DB_IN_PROCESS  # this module's own Redis database, one per line (_helpers.REDIS_DBS)
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 os.environ["AIRFLOW__CELERY__BROKER_URL"] = REDIS_URL
 os.environ["AIRFLOW__CELERY__RESULT_BACKEND"] = REDIS_URL

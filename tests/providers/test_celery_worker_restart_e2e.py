@@ -41,7 +41,8 @@ import pytest
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
-from _helpers import core_supports_failure_cause  # noqa: E402
+import lines  # noqa: E402
+from _helpers import LIVE_TRY, core_supports_failure_cause  # noqa: E402
 from harness import AirflowEnv, free_port, pg_available, pg_database, wait_for  # noqa: E402
 from test_celery_e2e import aip122_installed, query  # noqa: E402
 
@@ -52,6 +53,7 @@ HEARTBEAT_TIMEOUT = 40
 
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.requires_feature("aip-97-celery", "aip-122"),
     pytest.mark.skipif(not core_supports_failure_cause(), reason="needs the AIP-97 core to record causes"),
     pytest.mark.skipif(not aip122_installed(), reason="AIP-122 ([core] max_infra_retries) is not installed"),
 ]
@@ -110,7 +112,8 @@ class Stack:
         """The pool child running the run's try (from its Celery STARTED meta) and its task process."""
         (ti,) = query(
             self.db_url,
-            "SELECT external_executor_id FROM task_instance WHERE dag_id = %(d)s AND run_id = %(r)s",
+            "SELECT external_executor_id FROM task_instance "
+            f"WHERE dag_id = %(d)s AND run_id = %(r)s AND {LIVE_TRY}",
             d=DAG_ID,
             r=run_id,
         )
@@ -182,11 +185,11 @@ class Stack:
         where = "WHERE dag_id = %(d)s AND run_id = %(r)s"
         history = query(
             self.db_url,
-            f"SELECT {cols} FROM task_instance_history {where} ORDER BY try_number",
+            f"SELECT {cols} FROM {lines.PAST_TRIES} {where} ORDER BY try_number",
             d=DAG_ID,
             r=run_id,
         )
-        live = query(self.db_url, f"SELECT {cols} FROM task_instance {where}", d=DAG_ID, r=run_id)
+        live = query(self.db_url, f"SELECT {cols} FROM task_instance {where} AND {LIVE_TRY}", d=DAG_ID, r=run_id)
         return history + live
 
     def wait_final(self, run_id: str, timeout: float) -> list[dict]:
@@ -307,7 +310,10 @@ def restart_and_check(stack: Stack, *, whole_group: bool) -> None:
         f"try 1 failed {detected_after:.1f}s after the new incarnation started "
         f"({try1['end_date'].timestamp() - killed_at:.1f}s after the kill)"
     )
-    assert detected_after < 20, detected_after
+    # The reason above proves that the restart evidence ended try 1; this bounds how fast. Idle it is
+    # 8-12 s, most of it the new worker's own start-up (counted from its process start); the bound
+    # leaves room for a loaded CI machine (both lines' suites at once).
+    assert detected_after < 30, detected_after
 
     tries = stack.wait_final(run_id, timeout=90)
     assert [(t["try_number"], t["state"]) for t in tries] == [(1, "failed"), (2, "success")]

@@ -1,8 +1,9 @@
 """
-The patched providers on an UNPATCHED Airflow 3.3.2 core: they import, run, and report as before.
+The patched providers on an UNPATCHED Airflow core (the line's: 3.3.2, or 3.4.0b2): they import, run,
+and report as before.
 
 test_providers_on_unpatched_core.py runs it, with every provider test module that claims to cover the
-unpatched core, in a venv holding the pinned 3.3.2 wheels and this checkout's provider wheels. Those
+unpatched core, in a venv holding the line's pinned core wheels and this checkout's provider wheels. Those
 modules assert the old event shapes where the core lacks AIP-97; this module pins down the
 compatibility contract itself. It is skipped on an AIP-97 core.
 """
@@ -14,7 +15,10 @@ import inspect
 import pytest
 from _helpers import core_supports_failure_cause
 
-pytestmark = pytest.mark.skipif(core_supports_failure_cause(), reason="the installed core has AIP-97")
+pytestmark = [
+    pytest.mark.skipif(core_supports_failure_cause(), reason="the installed core has AIP-97"),
+    pytest.mark.requires_feature("aip-97-cncf-kubernetes", "aip-97-amazon", "aip-97-celery"),
+]
 
 from airflow.executors.base_executor import BaseExecutor  # noqa: E402
 from airflow.models.taskinstancekey import TaskInstanceKey  # noqa: E402
@@ -28,9 +32,11 @@ KEY = TaskInstanceKey(dag_id="aip97_providers", task_id="crunch", run_id="r", tr
 
 
 def test_core_is_unpatched_and_providers_are_patched():
+    from pstool.lock import load_lock
+
     import airflow
 
-    assert airflow.__version__ == "3.3.2"
+    assert airflow.__version__ == load_lock().release  # the line's pinned release, unpatched
     assert "failure_cause" not in inspect.signature(BaseExecutor.fail).parameters
     assert not hasattr(BaseExecutor, "supports_failure_cause")
     from airflow.providers.amazon.aws.executors.ecs import failure_classification as ecs
@@ -83,17 +89,11 @@ def test_celery_publish_failure_event_is_unchanged():
 def test_kubernetes_executor_runs(tmp_path):
     """The real executor handles a failed pod on the old core: a plain (state, reason) event."""
     from k8s_support import load_pod
-    from test_k8s_failure_cause import to_result, watch
+    from test_k8s_failure_cause import executor_key, to_result, watch
 
     from airflow.providers.cncf.kubernetes.executors.kubernetes_executor import KubernetesExecutor
 
-    key = TaskInstanceKey(
-        dag_id="aip97_providers",
-        task_id="crunch",
-        run_id="manual__2026-11-30T03:12:00+00:00",
-        try_number=1,
-        map_index=-1,
-    )
+    key = executor_key()  # the fixtures' try, keyed as the line's executor keys it (3.4: by UUID)
     executor = KubernetesExecutor()
     executor.running.add(key)
     (event,) = watch([("MODIFIED", load_pod("oom_killed"))])

@@ -41,6 +41,8 @@ from airflow.models.taskinstancekey import TaskInstanceKey  # noqa: E402
 from airflow.providers.amazon.aws.executors.ecs.ecs_executor import AwsEcsExecutor  # noqa: E402
 from airflow.utils.state import TaskInstanceState  # noqa: E402
 
+pytestmark = pytest.mark.requires_feature("aip-97-amazon")
+
 #: Runs on the unpatched 3.3.2 core too (test_providers_on_unpatched_core.py), asserting the old
 #: event shapes there; tests that need the AIP-97 core skip with "needs the AIP-97 core".
 COVERS_UNPATCHED_CORE = True

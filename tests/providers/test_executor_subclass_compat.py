@@ -26,6 +26,8 @@ from k8s_support import load_pod
 
 from airflow.utils.state import TaskInstanceState
 
+pytestmark = pytest.mark.requires_feature("aip-97-cncf-kubernetes", "aip-97-amazon", "aip-97-celery")
+
 #: Runs on the unpatched 3.3.2 core too (test_providers_on_unpatched_core.py), asserting the old
 #: event shapes there; tests that need the AIP-97 core skip with "needs the AIP-97 core".
 COVERS_UNPATCHED_CORE = True

@@ -11,10 +11,11 @@ resulting watch events go through the real ``AirflowKubernetesScheduler.process_
 from __future__ import annotations
 
 import queue
+from uuid import UUID
 
 import pytest
 from _helpers import core_supports_failure_cause, event_failure
-from k8s_support import FakeKubeAPI, load_pod
+from k8s_support import TI_ID, UUID_KEYS, FakeKubeAPI, load_pod
 
 from airflow.models.taskinstancekey import TaskInstanceKey
 from airflow.providers.cncf.kubernetes.executors.failure_classification import classify_pod_failure
@@ -25,6 +26,8 @@ from airflow.providers.cncf.kubernetes.executors.kubernetes_executor_utils impor
 )
 from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
 from airflow.utils.state import TaskInstanceState
+
+pytestmark = pytest.mark.requires_feature("aip-97-cncf-kubernetes")
 
 #: Runs on the unpatched 3.3.2 core too (test_providers_on_unpatched_core.py), asserting the old
 #: event shapes there; tests that need the AIP-97 core skip with "needs the AIP-97 core".
@@ -98,13 +101,25 @@ ROWS = [
 ]
 ROW_IDS = [row[0] for row in ROWS]
 
-KEY = TaskInstanceKey(
+TI_KEY = TaskInstanceKey(
     dag_id="aip97_providers",
     task_id="crunch",
     run_id="manual__2026-11-30T03:12:00+00:00",
     try_number=1,
     map_index=-1,
 )
+
+
+def executor_key(ti_id: str = TI_ID):
+    """The key the line's KubernetesExecutor uses for the fixtures' try (k8s_support.UUID_KEYS)."""
+    if UUID_KEYS:  # 3.4: the attempt's UUID, from the pod's task_instance_id annotation
+        from airflow.executors.workloads.types import TaskInstanceUuid
+
+        return TaskInstanceUuid(UUID(ti_id))
+    return TI_KEY
+
+
+KEY = executor_key()
 
 
 def watch(events: list[tuple[str, dict]]) -> list:
@@ -117,6 +132,7 @@ def watch(events: list[tuple[str, dict]]) -> list:
         resource_version="0",
         scheduler_job_id="1",
         kube_config=kube_config,
+        supports_task_instance_uuid=KubernetesExecutor.supports_task_instance_uuid,
     )
     with FakeKubeAPI() as api:
         api.events = events
@@ -128,10 +144,16 @@ def watch(events: list[tuple[str, dict]]) -> list:
 def to_result(watch_event):
     """Turn a watcher event into the executor's result, as AirflowKubernetesScheduler does."""
     scheduler = object.__new__(AirflowKubernetesScheduler)  # only the queue hand-off is exercised
-    scheduler.supports_task_instance_uuid = False
+    scheduler.supports_task_instance_uuid = KubernetesExecutor.supports_task_instance_uuid
     scheduler.result_queue = queue.Queue()
     scheduler.process_watcher_task(watch_event)
     return scheduler.result_queue.get_nowait()
+
+
+def test_the_fixtures_key_their_pods_as_the_executor_does():
+    """3.4's provider keys by attempt UUID (the pods carry it); 3.3's by TaskInstanceKey."""
+    assert KubernetesExecutor.supports_task_instance_uuid is UUID_KEYS
+    assert ("task_instance_id" in load_pod("oom_killed")["metadata"]["annotations"]) is UUID_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -216,14 +238,16 @@ def session(dag_in_db):
 @requires_patched_core
 @pytest.mark.db
 @pytest.mark.parametrize(("name", "etype", "cause", "reason"), ROWS, ids=ROW_IDS)
-def test_scheduler_records_cause(watched, session, name, etype, cause, reason):
+def test_scheduler_records_cause(session, name, etype, cause, reason):
     from scheduler_support import process_events, running_ti, scheduler_job_id
 
     job_id = scheduler_job_id(session)
-    ti = running_ti(KEY.run_id, job_id=job_id, session=session)
+    ti = running_ti(TI_KEY.run_id, job_id=job_id, session=session)
+    key = executor_key(str(ti.id))
     executor = KubernetesExecutor()
-    executor.running.add(KEY)
-    executor._change_state(to_result(watched[name]), session=session)
+    executor.running.add(key)
+    (event,) = watch([(etype, load_pod(name, ti_id=str(ti.id)))])  # the pod of this try
+    executor._change_state(to_result(event), session=session)
 
     process_events(executor, job_id, session)
 
@@ -240,26 +264,27 @@ def test_pre_execution_requeue_still_works(session):
     from scheduler_support import process_events, running_ti, scheduler_job_id
 
     job_id = scheduler_job_id(session)
-    ti = running_ti(KEY.run_id, job_id=job_id, session=session, state=TaskInstanceState.QUEUED)
+    ti = running_ti(TI_KEY.run_id, job_id=job_id, session=session, state=TaskInstanceState.QUEUED)
     session.commit()
+    key = executor_key(str(ti.id))
     executor = KubernetesExecutor()
     assert executor.pod_launch_failure_max_retries == 1  # the provider default
     executor.task_queue = queue.Queue()
-    job = KubernetesJob(KEY, ["python"], None, None)
-    executor.pod_launch_attempts[KEY] = _PodLaunchAttempt(job=job)
-    executor.running.add(KEY)
+    job = KubernetesJob(key, ["python"], None, None)
+    executor.pod_launch_attempts[key] = _PodLaunchAttempt(job=job)
+    executor.running.add(key)
 
-    pod = load_pod("err_image_pull")
+    pod = load_pod("err_image_pull", ti_id=str(ti.id))
     (first,) = watch([("MODIFIED", pod)])
     executor._change_state(to_result(first), session=session)
     assert executor.task_queue.get_nowait() == job  # requeued, not reported
-    assert KEY not in executor.event_buffer and KEY in executor.running
+    assert key not in executor.event_buffer and key in executor.running
 
     pod["metadata"]["name"] = "aip97-k8s-crunch-i2"  # the requeued pod fails the same way
     (second,) = watch([("MODIFIED", pod)])
     executor._change_state(to_result(second), session=session)
     assert executor.task_queue.empty()
-    state, info = executor.event_buffer[KEY]
+    state, info = executor.event_buffer[key]
     cause, reason = event_failure(state, info)
     assert reason.startswith("Container 'base' did not start: ErrImagePull: ")
     if core_supports_failure_cause():

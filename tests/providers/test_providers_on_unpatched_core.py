@@ -1,9 +1,11 @@
 """
-The patched providers of THIS checkout on an UNPATCHED 3.3.2 core.
+The patched providers of THIS checkout on an UNPATCHED core of this release line (3.3.2, or 3.4.0b2).
 
-A venv (``build/compat-venv``) holds the pinned upstream core / task-sdk / standard wheels, the
-providers' dependencies and the test tools; it is rebuilt only when those change (see
-``compat_venv.py``). The provider wheels in ``dist/`` are then force-reinstalled on every run and
+A venv (``build/compat-venv``; ``build/3.4/compat-venv`` on the 3.4 line) holds the line's pinned
+upstream core / task-sdk / standard wheels (its ``upstream.lock``), the providers' dependencies and
+the test tools, resolved within the line's constraints; it is rebuilt only when those change (see
+``compat_venv.py``). The line's provider wheels (``dist/``, ``dist/3.4/``) are then force-reinstalled
+on every run and
 checked file by file against the wheels, so the venv runs exactly the code this checkout built
 (their version, ``X+ps.1``, never changes, so a plain ``pip install`` would keep an earlier build).
 
@@ -22,15 +24,23 @@ from pathlib import Path
 
 import pytest
 from compat_venv import install_current, prepare_base, venv_python
+from pstool.lock import load_lock
+from pstool.paths import BUILD_DIR, DIST_DIR, cache_dir
+from pstool.venv import CONSTRAINTS
+
+pytestmark = pytest.mark.requires_feature("aip-97-cncf-kubernetes", "aip-97-amazon", "aip-97-celery")
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
-CACHE = REPO / ".cache" / "upstream"
+LOCK = load_lock()  # this line's pins: the unpatched core is the release the line's series applies to
 UNPATCHED = [
-    "apache_airflow-3.3.2-py3-none-any.whl",
-    "apache_airflow_core-3.3.2-py3-none-any.whl",
-    "apache_airflow_task_sdk-1.3.2-py3-none-any.whl",
-    "apache_airflow_providers_standard-1.21.0-py3-none-any.whl",
+    LOCK.wheel(name).file
+    for name in (
+        "apache-airflow",
+        "apache-airflow-core",
+        "apache-airflow-task-sdk",
+        "apache-airflow-providers-standard",
+    )
 ]
 REQUIREMENTS = ["pytest", "pytest-timeout", "psycopg2-binary", "asyncpg", "redis"]
 CLAIM = re.compile(r"^COVERS_UNPATCHED_CORE = True$", re.MULTILINE)
@@ -55,19 +65,19 @@ def test_the_claiming_modules_are_the_provider_modules():
 @pytest.mark.e2e
 @pytest.mark.timeout(1500)
 def test_patched_providers_run_on_an_unpatched_core(tmp_path) -> None:
-    providers = sorted((REPO / "dist").glob("apache_airflow_providers_*+ps.*-py3-none-any.whl"))
+    providers = sorted(DIST_DIR.glob("apache_airflow_providers_*+ps.*-py3-none-any.whl"))
     assert [p.name.split("-")[0] for p in providers] == [
         "apache_airflow_providers_amazon",
         "apache_airflow_providers_celery",
         "apache_airflow_providers_cncf_kubernetes",
     ]
-    venv = REPO / "build" / "compat-venv"
+    venv = BUILD_DIR / "compat-venv"  # one per line: both lines' suites may run at once
     prepare_base(
         venv,
-        base_wheels=[CACHE / w for w in UNPATCHED],
+        base_wheels=[cache_dir() / w for w in UNPATCHED],
         dependency_wheels=providers,
         requirements=REQUIREMENTS,
-        constraints=REPO / "dev" / "constraints.txt",
+        constraints=CONSTRAINTS,  # the line's own (lines/X/constraints.txt), as pstool install uses
     )
     install_current(venv, providers)  # this checkout's build, checked byte for byte
     python = str(venv_python(venv))
@@ -82,7 +92,10 @@ def test_patched_providers_run_on_an_unpatched_core(tmp_path) -> None:
         text=True,
         check=True,
     ).stdout.split()
-    assert versions == ["3.3.2", "3.26.0+ps.1"]
+    assert versions == [
+        LOCK.wheel("apache-airflow-core").version,
+        LOCK.wheel("apache-airflow-providers-celery").version + "+ps.1",
+    ]
 
     modules = modules_covering_the_unpatched_core()
     report = tmp_path / "report.xml"
