@@ -66,6 +66,8 @@ def demo_env(home: Path, port: int) -> dict[str, str]:
         # when free, so a second demo (another line's, or CI running both lines) can start beside it.
         AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port(8793)),
         AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port(8794)),
+        # Workers wait up to 30 s for the api-server (upstream's 5 s), for a busy laptop or CI machine.
+        AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT="30",
         PYTHONUNBUFFERED="1",
     )
     # Feature switches the demo shows (AIP-122 is off by default; the demo turns it on).

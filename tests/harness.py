@@ -186,6 +186,9 @@ class AirflowEnv:
                 # two lines' suites in CI) would otherwise fight over them.
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
                 "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+                # A worker's Execution API calls wait up to 30 s (upstream's 5 s): on a loaded 2-core
+                # CI machine a slow api-server answer is load, not the failure a test is about.
+                "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
             }
         )
         self.env.update(extra_env or {})
