@@ -17,7 +17,11 @@ sys.path.insert(0, str(ROOT / "dev"))
 from pstool import ui  # noqa: E402
 from pstool.layout import CORE, is_generated, tree_to_wheels, wheel_to_tree  # noqa: E402
 
-TREE = ROOT / "build" / "tree"
+sys.path.insert(0, str(ROOT / "tests"))
+
+import lines  # noqa: E402
+
+TREE = lines.TREE
 UI = TREE / "airflow-core" / "src" / "airflow" / "ui"
 # The UI components the series changes, and their vitest files.
 VITEST_FILES = [
@@ -25,6 +29,9 @@ VITEST_FILES = [
     "src/components/TaskInstanceTooltip.test.tsx",
     "src/components/TaskTrySelect.test.tsx",
 ]
+if lines.LINE != lines.DEFAULT_LINE:
+    # 3.4 shows the cause and reason in its own "Reason for state" row of the Details page.
+    VITEST_FILES.append("src/pages/TaskInstance/Details.test.tsx")
 
 
 def test_tree_holds_the_ui_source_without_built_output() -> None:

@@ -29,6 +29,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(ROOT / "dev"))
 
+import lines  # noqa: E402
 from harness import AirflowEnv, free_port, pg_available, pg_database, wait_for  # noqa: E402
 
 VENV = Path(sys.executable).parent.parent
@@ -98,7 +99,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 def _ui_dir() -> Path:
     from pstool import ui
 
-    _, ui_dir = ui.prepared_work(ROOT / "build" / "tree", "browser-test")
+    _, ui_dir = ui.prepared_work(lines.TREE, "browser-test")
     return ui_dir
 
 
@@ -125,7 +126,11 @@ READ = {
     "cause": "[data-testid=failure-cause-badge]",
     "reason": "[data-testid=failure-reason]",
     "infra": "[data-testid=infra-retries]",
-    "causeRows": "[data-testid=failure-cause-row]",
+    # 3.3 gives the cause its own "Failure Cause" row; 3.4 puts the cause and reason in its
+    # "Reason for state" row, so that is the one row that must hold them.
+    "causeRows": (
+        "[data-testid=failure-cause-row]" if lines.LINE == lines.DEFAULT_LINE else "[data-testid=state-reason-row]"
+    ),
 }
 
 
@@ -217,7 +222,7 @@ def test_grid_endpoint_carries_the_cause_of_each_failed_task(stack: dict[str, An
     query = urllib.parse.urlencode({"run_ids": stack["run_id"]})
     url = f"{stack['base']}/ui/grid/ti_summaries/{DAG_ID}?{query}"
     with urllib.request.urlopen(url, timeout=30) as resp:
-        lines = [json.loads(line) for line in resp.read().decode().splitlines() if line.strip()]
-    nodes = {n["task_id"]: n for n in lines[0]["task_instances"]}
+        summaries = [json.loads(line) for line in resp.read().decode().splitlines() if line.strip()]
+    nodes = {n["task_id"]: n for n in summaries[0]["task_instances"]}
     for task_id, ti in stack["tis"].items():
         assert nodes[task_id]["failure_cause"] == ti["failure_cause"], nodes[task_id]
