@@ -2,8 +2,8 @@
 
 Airflow components run as subprocesses (see ``tests/harness.py``) with their own AIRFLOW_HOME and
 database, so these tests do not depend on the environment of the pytest process. The patched
-Airflow is the one installed in the venv running pytest; the unpatched 3.3.2 venv is built on first
-use from the pinned wheels.
+Airflow is the one installed in the venv running pytest; the unpatched venv of the line (3.3.2, or
+3.4.0b2 on the 3.4 line) is built on first use from the line's pinned wheels.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def patched_venv() -> Path:
 
 @pytest.fixture(scope="session")
 def unpatched_venv() -> Path:
-    return harness.unpatched_venv()
+    return harness.unpatched_venv()  # the unpatched release of this session's line
 
 
 @pytest.fixture(scope="session")

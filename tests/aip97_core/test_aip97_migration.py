@@ -1,8 +1,14 @@
-"""Migration 0125 (AIP-97) on a real Airflow 3.3.2 database that holds task instances.
+"""The AIP-97 migration on a real database of the line's release that holds task instances.
 
-The database is created and filled by the *unpatched* 3.3.2 venv (``airflow db migrate`` and
-``airflow dags test`` of a Dag whose second task fails once and is retried, so both task_instance
-and task_instance_history hold rows). The patched venv then upgrades it and downgrades it again.
+The database is created and filled by the *unpatched* Airflow of the line (3.3.2, or 3.4.0b2 on the
+3.4 line: ``airflow db migrate`` and ``airflow dags test`` of a Dag whose second task fails once and
+is retried, so there are a live try and an archived one). The patched venv then upgrades it to the
+AIP-97 revision and downgrades it again to the unpatched head, which the unpatched Airflow accepts.
+
+The 3.3 line's migration is 0125 (``5c1e97a4f0b3``), on ``task_instance`` and
+``task_instance_history``. 3.4 has no ``task_instance_history``: its migration (``cf95d8194a28``,
+after asset-emit's ``e1a4c7b92d35``) touches ``task_instance`` only, where the archived tries are
+rows with ``working_set IS NULL``, and the stored map index column is ``region_index``.
 """
 
 from __future__ import annotations
@@ -12,24 +18,31 @@ import shutil
 from pathlib import Path
 
 import harness
+import lines
 import pytest
 import sqlalchemy as sa
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
-REVISION = "5c1e97a4f0b3"
-DOWN_REVISION = "d2f4e1b3c5a7"
-TABLES = ("task_instance", "task_instance_history")
-ROW_COLUMNS = (
-    "dag_id",
-    "task_id",
-    "run_id",
-    "map_index",
-    "try_number",
-    "state",
-    "max_tries",
-    "operator",
-)
+# The AIP-97 revision and the unpatched release's head it is built on (the DB the unpatched venv
+# makes), per line.
+REVISION, DOWN_REVISION = {
+    "3.3": ("5c1e97a4f0b3", "d2f4e1b3c5a7"),
+    "3.4": ("cf95d8194a28", "9cffe90fa0c0"),
+}[lines.LINE]
+if lines.LINE == lines.DEFAULT_LINE:
+    TABLES = ("task_instance", "task_instance_history")
+    ROW_COLUMNS = ("dag_id", "task_id", "run_id", "map_index", "try_number", "state", "max_tries", "operator")
+    LIVE_TRIES = "task_instance"
+else:
+    # 3.4: every try is a task_instance row (working_set TRUE live, NULL archived); map_index is
+    # stored as region_index.
+    TABLES = ("task_instance",)
+    ROW_COLUMNS = (
+        "dag_id", "task_id", "run_id", "region_index", "try_number", "state", "max_tries", "operator",
+        "working_set", "archived_reason",
+    )  # fmt: skip
+    LIVE_TRIES = "(SELECT * FROM task_instance WHERE working_set IS TRUE) AS live"
 
 
 def _database(backend: str, tmp_path: Path) -> contextlib.AbstractContextManager[str]:
@@ -44,6 +57,8 @@ def _snapshot(url: str) -> dict:
             out["revision"] = conn.execute(
                 sa.text("SELECT version_num FROM alembic_version")
             ).scalar_one()
+            out["live"] = conn.execute(sa.text(f"SELECT count(*) FROM {LIVE_TRIES}")).scalar_one()
+            out["past"] = conn.execute(sa.text(f"SELECT count(*) FROM {lines.PAST_TRIES}")).scalar_one()
             for table in TABLES:
                 out["columns"][table] = {c["name"]: c for c in insp.get_columns(table)}
                 cols = ", ".join(ROW_COLUMNS)
@@ -63,7 +78,7 @@ def _snapshot(url: str) -> dict:
 @pytest.mark.e2e
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_upgrade_then_downgrade_real_332_database(
+def test_upgrade_then_downgrade_real_unpatched_database(
     backend, tmp_path, patched_venv, unpatched_venv
 ):
     home = tmp_path / "home"
@@ -75,10 +90,8 @@ def test_upgrade_then_downgrade_real_332_database(
         old.airflow("dags", "test", "aip97_mig", check=False)
         before = _snapshot(url)
         assert before["revision"] == DOWN_REVISION
-        assert len(before["rows"]["task_instance"]) == 2
-        assert len(before["rows"]["task_instance_history"]) >= 1, (
-            "3.3.2 should have archived the failed try"
-        )
+        assert before["live"] == 2
+        assert before["past"] >= 1, "the unpatched Airflow should have archived the failed try"
         for table in TABLES:
             assert "failure_cause" not in before["columns"][table]
 
@@ -103,7 +116,9 @@ def test_upgrade_then_downgrade_real_332_database(
         for table in TABLES:
             assert "failure_cause" not in downgraded["columns"][table]
             assert "failure_reason" not in downgraded["columns"][table]
-            # SQLite rebuilds task_instance on drop_column; the history rows must survive it.
+            # SQLite rebuilds task_instance on drop_column; the history rows (3.4: the archived
+            # task_instance rows) must survive it.
             assert downgraded["rows"][table] == before["rows"][table]
-        # The unpatched 3.3.2 accepts the downgraded database again.
+        assert (downgraded["live"], downgraded["past"]) == (before["live"], before["past"])
+        # The unpatched Airflow accepts the downgraded database again.
         old.airflow("db", "check-migrations", "-t", "5")

@@ -2,6 +2,8 @@
 Drive the real Execution API (InProcessExecutionAPI, real DB) with AIP-97 failure payloads.
 
 Run by test_execution_api_failure_fields.py with the stack's environment; prints one JSON document.
+``$AIP97_PAST_TRIES`` is the test's ``lines.PAST_TRIES`` (where the line keeps archived tries) and
+``$AIP97_LINE`` its ``lines.LINE``.
 The task instances of a finished ``aip97w_api`` run are put back to ``running`` first, so that the
 state transitions below are valid.
 """
@@ -9,20 +11,25 @@ state transitions below are valid.
 from __future__ import annotations
 
 import json
-import sys
+import os
 from datetime import datetime, timezone
 
-import httpx
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 
 from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
 from airflow.models.taskinstance import TaskInstance as TI
-from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
 from airflow.utils.session import create_session
 
 DAG = "aip97w_api"
 OLD, NEW = "2026-06-30", "2026-11-30"
 NOW = datetime.now(tz=timezone.utc).isoformat()
+PAST_TRIES = os.environ["AIP97_PAST_TRIES"]
+
+if os.environ["AIP97_LINE"] == "3.3":
+    import httpx
+else:
+    # 3.4's InProcessExecutionAPI.transport is an httpx2 transport (the 1.4 Task SDK client is httpx2).
+    import httpx2 as httpx
 
 
 def ti_row(task_id):
@@ -82,10 +89,12 @@ out["new_retry"] = patch_state(
 )
 out["new_retry_ti"] = ti_row("api_c")
 with create_session() as session:
-    tih = session.scalars(
-        select(TIH).where(
-            TIH.dag_id == DAG, TIH.task_id == "api_c", TIH.try_number == before_retry["try_number"]
-        )
+    tih = session.execute(
+        text(
+            f"SELECT failure_cause, failure_reason FROM {PAST_TRIES} "
+            "WHERE dag_id = :d AND task_id = 'api_c' AND try_number = :t"
+        ),
+        {"d": DAG, "t": before_retry["try_number"]},
     ).one()
     out["new_retry_tih"] = {"failure_cause": tih.failure_cause, "failure_reason": tih.failure_reason}
 
@@ -99,4 +108,7 @@ resp = client.patch(
 out["run"] = {"status": resp.status_code}
 out["run_ti"] = ti_row("api_c")
 
-json.dump(out, sys.stdout, default=str)
+print(json.dumps(out, default=str), flush=True)
+# 3.4's async DB pool logs a MissingGreenlet traceback to stdout when the interpreter closes its
+# connections at exit, after the JSON line the test reads: end here.
+os._exit(0)

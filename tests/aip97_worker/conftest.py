@@ -22,11 +22,15 @@ import pytest
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
+import lines  # noqa: E402
 from harness import AirflowEnv, free_port, pg_available, pg_database, wait_for  # noqa: E402
 
 VENV = Path(sys.executable).parent.parent
 DEMO_DAG = HERE.parents[1] / "examples" / "dags" / "aip97_failure_causes.py"
 HEARTBEAT_TIMEOUT = 300
+#: The live try of each task instance. 3.4 keeps archived tries as task_instance rows too
+#: (``working_set IS NULL``); only the live one has ``working_set IS TRUE``. Past tries: lines.PAST_TRIES.
+LIVE_TRY = "TRUE" if lines.LINE == lines.DEFAULT_LINE else "working_set IS TRUE"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -65,7 +69,9 @@ class Stack:
 
     def ti(self, dag_id: str, task_id: str) -> dict[str, Any] | None:
         rows = self.query(
-            "SELECT * FROM task_instance WHERE dag_id = %(d)s AND task_id = %(t)s", d=dag_id, t=task_id
+            f"SELECT * FROM task_instance WHERE dag_id = %(d)s AND task_id = %(t)s AND {LIVE_TRY}",
+            d=dag_id,
+            t=task_id,
         )
         return rows[0] if rows else None
 

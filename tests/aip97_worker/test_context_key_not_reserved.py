@@ -73,7 +73,10 @@ if not bag.import_errors:
         for ti in run.get_task_instances()
     }
     out["seen"] = json.loads(seen_file.read_text())
-print(json.dumps(out))
+print(json.dumps(out), flush=True)
+# 3.4's async SQLite pool logs a MissingGreenlet traceback to stdout when the interpreter closes its
+# connections at exit, after our JSON line; run_isolated_script reads the last line, so end here.
+os._exit(0)
 '''
 
 

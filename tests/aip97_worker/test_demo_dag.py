@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import lines
 import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -23,7 +24,7 @@ def test_demo_dag_causes(stack):
     assert lost["state"] == "success" and lost["try_number"] == 2
     assert lost["failure_cause"] is None
     (first_try,) = stack.query(
-        "SELECT try_number, failure_cause, failure_reason FROM task_instance_history "
+        f"SELECT try_number, failure_cause, failure_reason FROM {lines.PAST_TRIES} "
         "WHERE dag_id = %(d)s AND task_id = 'worker_lost'",
         d=DAG,
     )

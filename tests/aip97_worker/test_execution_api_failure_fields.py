@@ -7,8 +7,10 @@ working without them.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
+import lines
 import pytest
 from harness import wait_for
 
@@ -31,7 +33,16 @@ def probe(stack):
             timeout=60,
             what=f"the scheduler to process the executor event of {task_id}",
         )
-    result = stack.env.run_python(PROBE.read_text(), timeout=120)
+    result = subprocess.run(
+        [stack.env.python, str(PROBE)],
+        env={**stack.env.env, "AIP97_PAST_TRIES": lines.PAST_TRIES, "AIP97_LINE": lines.LINE},
+        cwd=stack.env.home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 

@@ -5,6 +5,7 @@ task processes (see conftest.py). Each test checks one failure path of the ``aip
 
 from __future__ import annotations
 
+import lines
 import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -62,7 +63,7 @@ def test_task_process_sigkill_with_retries_goes_up_for_retry(stack):
     assert "SIGKILL" in ti["failure_reason"] and "OOM" in ti["failure_reason"]
     # The archived try keeps the cause too.
     history = stack.query(
-        "SELECT try_number, state, failure_cause, failure_reason FROM task_instance_history "
+        f"SELECT try_number, state, failure_cause, failure_reason FROM {lines.PAST_TRIES} "
         "WHERE dag_id = %(d)s AND task_id = 'task_process_killed_retry'",
         d=DAG,
     )
