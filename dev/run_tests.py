@@ -18,7 +18,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from pstool.paths import DEFAULT_LINE, LINE
+from pstool.paths import DEFAULT_LINE, LINE, known_lines
 
 REPO = Path(__file__).resolve().parents[1]
 LINE_INDEPENDENT = {"tooling"}  # run once, on the default line
@@ -32,11 +32,27 @@ def directories() -> list[Path]:
     return sorted(found, key=lambda p: (ORDER.index(p.name) if p.name in ORDER else len(ORDER), p.name))
 
 
+def prepare_unpatched_venvs() -> None:
+    """Build the unpatched upstream venvs the tests compare against, before any test's timeout runs.
+
+    Each line's suite needs its own release's (tests/harness.py ``unpatched_venv``); tests/tooling,
+    run on the default line only, needs every line's. Built once and reused (a few minutes each).
+    """
+    sys.path.insert(0, str(REPO / "tests"))
+    import harness
+
+    for line in known_lines() if LINE == DEFAULT_LINE else [LINE]:
+        t0 = time.monotonic()
+        venv = harness.unpatched_venv(line=line)
+        print(f"unpatched {line} venv: {venv} ({time.monotonic() - t0:.0f}s)", flush=True)
+
+
 def main(argv: list[str]) -> int:
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     broken: list[str] = []
     started = time.monotonic()
     print(f"release line {LINE}: {sys.executable}", flush=True)
+    prepare_unpatched_venvs()
     for directory in directories():
         with tempfile.NamedTemporaryFile(suffix=".xml") as report:
             t0 = time.monotonic()
