@@ -9,11 +9,11 @@ back to ``running`` first, so that the transitions are valid.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from datetime import datetime, timezone
 
-import httpx
 from sqlalchemy import select, update
 
 from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
@@ -38,7 +38,10 @@ def ti_row(task_id):
         }
 
 
-client = httpx.Client(transport=InProcessExecutionAPI().transport, base_url="http://in-process.invalid./")
+transport = InProcessExecutionAPI().transport
+# The HTTP library of the in-process transport (httpx on 3.3, httpx2 on 3.4).
+httpx = importlib.import_module(type(transport).__module__.partition(".")[0])
+client = httpx.Client(transport=transport, base_url="http://in-process.invalid./")
 out: dict = {}
 for task_id in ("probe_failed", "probe_retry"):
     with create_session() as session:

@@ -57,28 +57,38 @@ def _runner(job_id: int, executor):
     return SchedulerJobRunner(job=job, executors=[executor])
 
 
-def _ti_key(ti_id: str):
+def _ti_key(ti_id: str, executor):
+    """The executor's key of the task instance, which ``executor`` now runs (as if it had queued it)."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
+    from lines import DEFAULT_LINE, LINE
 
     with create_session() as session:
-        return session.get(TaskInstance, ti_id).key
+        ti = session.get(TaskInstance, ti_id)
+        if LINE != DEFAULT_LINE:
+            # 3.4's executors match an event only to a try they queued or adopted: queueing (or
+            # adopting) registers the try's identity, and an event for an unregistered key is dropped.
+            executor._register_task(ti)
+            return executor.get_task_key(ti)
+        return ti.key
 
 
 def _snapshot(ti_id_or_run: tuple[str, str]) -> dict[str, Any]:
-    """The task instance (found by run_id and task_id, its id changes per try) and its history."""
-    from sqlalchemy import func, select
+    """The task instance (found by run_id and task_id, its id changes per try) and its past tries."""
+    from sqlalchemy import func, select, text
 
     from airflow.models.db_callback_request import DbCallbackRequest
     from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
     from airflow.utils.session import create_session
+    from lines import PAST_TRIES
 
     run_id, task_id = ti_id_or_run
     with create_session() as session:
+        # 3.4's ORM hook restricts this select to the live row (working_set IS TRUE).
         ti = session.scalar(select(TI).where(TI.run_id == run_id, TI.task_id == task_id))
         history = session.scalar(
-            select(func.count()).select_from(TIH).where(TIH.run_id == run_id, TIH.task_id == task_id)
+            text(f"SELECT count(*) FROM {PAST_TRIES} WHERE run_id = :r AND task_id = :t"),
+            {"r": run_id, "t": task_id},
         )
         callbacks = session.scalar(select(func.count()).select_from(DbCallbackRequest))
         return {
@@ -154,7 +164,7 @@ def executor_event_with_injected_fault(
     _count_decisions(result)
     executor = _executor(sink=FailingOnceSink())
     runner = _runner(job_id, executor)
-    key = _ti_key(ti_id)
+    key = _ti_key(ti_id, executor)
     executor.fail(key, "worker lost", failure_cause="infra", failure_reason="worker lost (test)")
     loops = []
     for _ in range(2):
@@ -238,7 +248,8 @@ def executor_events_for_metrics(job_id: int, ti_ids: list[str], out: Any) -> Non
     executor = _executor()  # BaseExecutor.__init__ initialises the metrics backend, as in a scheduler
     runner = _runner(job_id, executor)
     for ti_id in ti_ids:
-        executor.fail(_ti_key(ti_id), "worker lost", failure_cause="infra", failure_reason="lost (test)")
+        key = _ti_key(ti_id, executor)
+        executor.fail(key, "worker lost", failure_cause="infra", failure_reason="lost (test)")
     with create_session() as session:
         runner._process_executor_events(executor=executor, session=session)
     out.put(len(executor.event_buffer))

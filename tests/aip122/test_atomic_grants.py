@@ -5,12 +5,12 @@ AIP-122 grants are atomic: the decision is pure, and its claim commits with the 
   instance unchanged.
 * ``test_a_fault_before_the_commit_spends_nothing``: a real scheduler loop, in its own process,
   consumes an ``infra`` executor event while its callback sink (or its flush) raises before the
-  commit. Nothing is spent (``infra_retry_count``, ``max_tries`` and the state unchanged, no history
-  row) and the event is handed back: the next loop records the failure once, with one grant.
+  commit. Nothing is spent (``infra_retry_count``, ``max_tries`` and the state unchanged, no past
+  try) and the event is handed back: the next loop records the failure once, with one grant.
 * ``test_two_schedulers_race_to_decide_one_failure``: two scheduler processes decide the *same*
   stuck-in-queued failure. Scheduler A reads its stuck task instances; its job is then found dead
   and scheduler B adopts them (real ``adopt_or_reset_orphaned_tasks``) and reads them too; only
-  then do both go on to decide. Every round must end with exactly one grant, one history row and
+  then do both go on to decide. Every round must end with exactly one grant, one past try and
   one decision line, including the rounds in which A SIGKILLs itself right after its claim.
 """
 
@@ -28,11 +28,13 @@ import pytest
 import airflow  # noqa: F401
 
 import scheduler_harness
+from _tries import pending_try
 
 pytestmark = [pytest.mark.usefixtures("db_env"), pytest.mark.postgres]
 
 DAG_ID = "aip122_db"
 SPAWN = multiprocessing.get_context("spawn")
+PENDING_TRY = pending_try(1)  # the live row's try_number once try 1 was granted a retry
 
 
 @pytest.fixture
@@ -195,7 +197,7 @@ def test_a_fault_before_the_commit_spends_nothing(child_env, fault):
     assert first["buffered"] == 1
     assert (second["state"], second["try_number"], second["max_tries"], second["infra_retry_count"]) == (
         "up_for_retry",
-        1,
+        PENDING_TRY,
         1,
         1,
     )
@@ -258,7 +260,7 @@ def test_two_schedulers_race_to_decide_one_failure(child_env):
         assert [r["error"] for r in results if "error" in r] == [], where
         assert (state["state"], state["try_number"], state["max_tries"], state["infra_retry_count"]) == (
             "up_for_retry",
-            1,
+            PENDING_TRY,
             1,
             1,
         ), where

@@ -20,6 +20,8 @@ import pytest
 
 # Import (and so configure) Airflow before any fixture touches logging; conftest set its environment.
 import airflow  # noqa: F401
+from _tries import PAST_TRIES, pending_try
+from lines import DEFAULT_LINE, LINE
 
 pytestmark = pytest.mark.usefixtures("db_env")
 
@@ -118,7 +120,12 @@ def _start_try(session, ti, *, attach_task: bool = True):
     """Start the next try of ``ti`` like the scheduler and the Execution API would."""
     from airflow.utils.state import TaskInstanceState
 
-    ti.try_number += 1
+    if LINE == DEFAULT_LINE:
+        ti.try_number += 1
+    elif ti.try_number == 0:
+        # 3.4 allocates a try number when the previous try is archived: the pending row of a retry
+        # (or a clear) already carries it, and scheduling only turns 0 into 1 (DagRun.schedule_tis).
+        ti.try_number = 1
     ti.state = TaskInstanceState.RUNNING
     ti.retry_delay_override = None  # ti_run clears it when a try starts
     if attach_task:
@@ -127,13 +134,20 @@ def _start_try(session, ti, *, attach_task: bool = True):
     return ti
 
 
-def _fail(session, ti, cause: str | None, *, attach_task: bool = True) -> str:
-    """Fail the current try of ``ti`` with ``cause``; return the state it ends in."""
+def _live(session, ti):
+    """The row that now holds ``ti``'s task instance (3.4: a retry or a clear moves it to a new row)."""
+    live = _ti(session, ti.run_id, ti.task_id, ti.map_index)
+    session.refresh(live)  # as stored, not as the session's copy last saw it
+    return live
+
+
+def _fail(session, ti, cause: str | None, *, attach_task: bool = True):
+    """Fail the current try of ``ti`` with ``cause``; return the task instance's live row afterwards."""
     if attach_task and getattr(ti, "task", None) is None:
         ti.task = _dag(session).get_task(ti.task_id)
     ti.handle_failure(error=f"try {ti.try_number} failed ({cause})", session=session, failure_cause=cause)
     session.commit()
-    return ti.state
+    return _live(session, ti)
 
 
 def _run_tries(task_id: str, causes: list[str]) -> tuple[list[str], object]:
@@ -144,7 +158,8 @@ def _run_tries(task_id: str, causes: list[str]) -> tuple[list[str], object]:
         ti = _ti(session, run_id, task_id)
         for cause in causes:
             _start_try(session, ti)
-            states.append(_fail(session, ti, cause))
+            ti = _fail(session, ti, cause)
+            states.append(ti.state)
             if states[-1] == "failed":
                 break
         session.refresh(ti)
@@ -158,9 +173,9 @@ def test_infra_failure_at_retries_0_is_retried_without_spending_retries(infra_co
         run_id = _new_run(session)
         ti = _ti(session, run_id, "r0")
         _start_try(session, ti)
-        assert _fail(session, ti, INFRA) == "up_for_retry"
-        session.refresh(ti)
-        assert (ti.try_number, ti.max_tries, ti.infra_retry_count) == (1, 1, 1)
+        ti = _fail(session, ti, INFRA)
+        assert ti.state == "up_for_retry"
+        assert (ti.try_number, ti.max_tries, ti.infra_retry_count) == (pending_try(1), 1, 1)
         assert ti.failure_cause == INFRA
         # The retry waits infra_retry_delay, not the task's retry_delay (300 s by default).
         assert ti.retry_delay_override == 7
@@ -168,17 +183,21 @@ def test_infra_failure_at_retries_0_is_retried_without_spending_retries(infra_co
         assert ti.next_retry_datetime() == ti.end_date + timedelta(seconds=7)
 
         # The archived try keeps its cause and the count as of its own decision.
-        from sqlalchemy import select
+        from sqlalchemy import text
 
-        from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
-
-        hist = session.scalars(select(TIH).where(TIH.run_id == run_id, TIH.task_id == "r0")).all()
-        assert [(h.try_number, h.failure_cause, h.infra_retry_count) for h in hist] == [(1, INFRA, 1)]
+        hist = session.execute(
+            text(
+                f"SELECT try_number, failure_cause, infra_retry_count FROM {PAST_TRIES} "
+                "WHERE run_id = :r AND task_id = 'r0' ORDER BY try_number"
+            ),
+            {"r": run_id},
+        ).all()
+        assert [tuple(h) for h in hist] == [(1, INFRA, 1)]
 
         # The second try fails for an application reason: retries=0 still means no retry.
         _start_try(session, ti)
-        assert _fail(session, ti, "application") == "failed"
-        session.refresh(ti)
+        ti = _fail(session, ti, "application")
+        assert ti.state == "failed"
         assert (ti.try_number, ti.max_tries, ti.infra_retry_count) == (2, 1, 1)
     assert "infra_retry=granted reason=granted" in decision_log.text
 
@@ -320,11 +339,14 @@ def test_mapped_task_instances_have_their_own_counters(infra_config):
         assert ti0 is not None
         assert ti1 is not None
         _start_try(session, ti0)
-        assert _fail(session, ti0, INFRA) == "up_for_retry"  # partial(max_infra_retries=1)
+        ti0 = _fail(session, ti0, INFRA)
+        assert ti0.state == "up_for_retry"  # partial(max_infra_retries=1)
         _start_try(session, ti0)
-        assert _fail(session, ti0, INFRA) == "failed"
+        ti0 = _fail(session, ti0, INFRA)
+        assert ti0.state == "failed"
         _start_try(session, ti1)
-        assert _fail(session, ti1, INFRA) == "up_for_retry"
+        ti1 = _fail(session, ti1, INFRA)
+        assert ti1.state == "up_for_retry"
         session.refresh(ti0)
         session.refresh(ti1)
         assert (ti0.infra_retry_count, ti1.infra_retry_count) == (1, 1)
@@ -338,23 +360,28 @@ def test_clear_resets_the_counter(infra_config):
         run_id = _new_run(session)
         ti = _ti(session, run_id, "r0")
         _start_try(session, ti)
-        assert _fail(session, ti, INFRA) == "up_for_retry"
+        ti = _fail(session, ti, INFRA)
+        assert ti.state == "up_for_retry"
         _start_try(session, ti)
-        assert _fail(session, ti, INFRA) == "failed"  # cap reached
-        session.refresh(ti)
+        ti = _fail(session, ti, INFRA)
+        assert ti.state == "failed"  # cap reached
         assert ti.infra_retry_count == 1
+        failed_try = ti.try_number
 
         clear_task_instances([ti], session)
         session.commit()
-        session.refresh(ti)
+        ti = _live(session, ti)
         assert ti.state is None
         assert ti.infra_retry_count == 0
-        assert ti.max_tries == ti.try_number + 0  # retries=0: the clear's own budget, as upstream
+        # retries=0: the clear's own budget (tries so far + retries), as upstream. 3.4 archives the
+        # cleared try and allocates the next try number on the cleared row; 3.3 reuses the row.
+        assert ti.try_number == pending_try(failed_try)
+        assert ti.max_tries == failed_try + 0
 
         # After the clear the task instance has its allowance again.
         _start_try(session, ti)
-        assert _fail(session, ti, INFRA) == "up_for_retry"
-        session.refresh(ti)
+        ti = _fail(session, ti, INFRA)
+        assert ti.state == "up_for_retry"
         assert ti.infra_retry_count == 1
 
 
@@ -491,7 +518,7 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
 )
 def test_worker_reported_failure_through_the_execution_api(infra_config, cause, expected):
     """The Execution API's ti_update_state route takes the same decision (real route, real DB)."""
-    import httpx
+    import importlib
 
     from airflow._shared.timezones import timezone
     from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
@@ -502,7 +529,11 @@ def test_worker_reported_failure_through_the_execution_api(infra_config, cause, 
         ti = _ti(session, run_id, "r0")
         _start_try(session, ti, attach_task=False)
         ti_id = ti.id
-    client = httpx.Client(transport=InProcessExecutionAPI().transport, base_url="http://in-process.invalid./")
+    transport = InProcessExecutionAPI().transport
+    # The HTTP library of the in-process transport (httpx on 3.3, httpx2 on 3.4): a client of the
+    # other one cannot drive it.
+    httpx = importlib.import_module(type(transport).__module__.partition(".")[0])
+    client = httpx.Client(transport=transport, base_url="http://in-process.invalid./")
     resp = client.patch(
         f"task-instances/{ti_id}/state",
         json={

@@ -32,6 +32,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from _tries import LIVE_TRIES, PAST_TRIES  # noqa: E402
 from harness import AirflowEnv, free_port, pg_available, pg_database, wait_for  # noqa: E402
 
 VENV = Path(sys.executable).parent.parent
@@ -67,7 +68,7 @@ class Stack:
     def tis(self, dag_id: str) -> dict[tuple[str, int], dict[str, Any]]:
         rows = self.query(
             "SELECT task_id, map_index, state, try_number, max_tries, infra_retry_count, failure_cause "
-            "FROM task_instance WHERE dag_id = %(d)s",
+            f"FROM {LIVE_TRIES} WHERE dag_id = %(d)s",
             d=dag_id,
         )
         return {(r["task_id"], r["map_index"]): r for r in rows}
@@ -75,7 +76,7 @@ class Stack:
     def history(self, dag_id: str) -> list[dict[str, Any]]:
         return self.query(
             "SELECT task_id, map_index, try_number, state, failure_cause, infra_retry_count "
-            "FROM task_instance_history WHERE dag_id = %(d)s ORDER BY task_id, map_index, try_number",
+            f"FROM {PAST_TRIES} WHERE dag_id = %(d)s ORDER BY task_id, map_index, try_number",
             d=dag_id,
         )
 
@@ -185,7 +186,9 @@ def _wait_finished(stack: Stack, dag_id: str, expected: int, timeout: float, env
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(120)
+# pytest-timeout counts the module stack's start (db migrate, api-server, dag-processor) in the first
+# test and its stop in the last: about 90 s idle, given three times that for a loaded CI machine.
+@pytest.mark.timeout(300)
 def test_default_config_fails_like_upstream(stack: Stack):
     env = stack.schedulers(1, {"AIP122_NAME": "scheduler-default"})
     try:
@@ -209,7 +212,7 @@ def test_default_config_fails_like_upstream(stack: Stack):
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)  # includes the module stack's stop (above)
 def test_infra_retries_end_to_end(stack: Stack):
     env = stack.schedulers(
         1,

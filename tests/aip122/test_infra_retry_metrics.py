@@ -5,7 +5,8 @@ A real scheduler loop (a spawned process with StatsD configured through the envi
 deployment) consumes two ``infra`` executor events: one for a task whose retry is granted and one
 for a task that opted out (``max_infra_retries=0``, denied with ``reason=task_opt_out``). The
 receiver must get each counter exactly once, with the plain StatsD name and, with
-``statsd_influxdb_enabled``, with the ``dag_id``, ``task_id`` and ``reason`` tags.
+``statsd_influxdb_enabled``, with the ``dag_id``, ``task_id`` and ``reason`` tags (3.4: and the Dag
+run's ``run_type``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 import airflow  # noqa: F401
 
 import scheduler_harness
+from lines import DEFAULT_LINE, LINE
 from test_atomic_grants import _job, _new_try, _session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "aip97_core"))
@@ -71,7 +73,10 @@ def test_plain_statsd_name(monkeypatch):
 def test_statsd_with_influxdb_tags(monkeypatch):
     with StatsdReceiver() as receiver:
         lines = _run_loop(monkeypatch, receiver, influx=True)
+    # 3.4's task instance stats tags are its Dag run's (dag_id, run_type) plus task_id; 3.3's have
+    # no run_type.
+    run_type = "" if LINE == DEFAULT_LINE else ",run_type=manual"
     assert sorted(lines) == [
-        "airflow.ti.infra_retry.denied,dag_id=aip122_db,task_id=opt_out,reason=task_opt_out:1|c",
-        "airflow.ti.infra_retry.granted,dag_id=aip122_db,task_id=r0,reason=granted:1|c",
+        f"airflow.ti.infra_retry.denied,dag_id=aip122_db{run_type},task_id=opt_out,reason=task_opt_out:1|c",
+        f"airflow.ti.infra_retry.granted,dag_id=aip122_db{run_type},task_id=r0,reason=granted:1|c",
     ]

@@ -1,11 +1,15 @@
 """
-Migration 0126 (``infra_retry_count``) on real databases that hold task instances and their history.
+The ``infra_retry_count`` migration on real databases that hold task instances and their past tries.
+
+3.3: migration 0126 adds the column to task_instance and task_instance_history. 3.4: migration 0150
+adds it to task_instance only, which holds every try (archived tries are rows with
+``working_set IS NULL``).
 
 For SQLite and PostgreSQL: ``airflow db migrate`` to head, ``airflow dags test`` of a Dag whose
-second task fails once and is retried (rows in task_instance and task_instance_history), then
-downgrade to AIP-97's revision and upgrade again, checking the columns and that no row is lost.
-On PostgreSQL the upgrade must not rewrite the tables: their ``relfilenode`` stays the same, and
-the offline SQL is a single ``ADD COLUMN ... DEFAULT 0 NOT NULL`` per table.
+second task fails once and is retried (a live row per task and one past try), then downgrade to
+AIP-97's revision and upgrade again, checking the columns and that no row is lost. On PostgreSQL the
+upgrade must not rewrite the tables: their ``relfilenode`` stays the same, and the offline SQL is a
+single ``ADD COLUMN ... DEFAULT 0 NOT NULL`` per table.
 """
 
 from __future__ import annotations
@@ -22,11 +26,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import harness  # noqa: E402
+import lines  # noqa: E402
+from _tries import LIVE_TRIES, PAST_TRIES  # noqa: E402
 
 VENV = Path(sys.executable).parent.parent
-REVISION = "704a18c1acc7"
-DOWN_REVISION = "5c1e97a4f0b3"
-TABLES = ("task_instance", "task_instance_history")
+# The migration and the AIP-97 revision it revises, per line (3.4: 0150 after aip-97's 0149, with
+# its own revision id), and the tables that get the column (3.4 has no task_instance_history).
+_REVISIONS = {
+    "3.3": ("704a18c1acc7", "5c1e97a4f0b3", ("task_instance", "task_instance_history")),
+    "3.4": ("9f4bf13695f5", "cf95d8194a28", ("task_instance",)),
+}
+REVISION, DOWN_REVISION, TABLES = _REVISIONS[lines.LINE]
+# The live row of each task instance and its past tries, on either line.
+SOURCES = {"live": LIVE_TRIES, "past": PAST_TRIES}
 
 
 def _database(backend: str, tmp_path: Path) -> contextlib.AbstractContextManager[str]:
@@ -41,13 +53,15 @@ def _state(url: str) -> dict:
                 "revision": conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one(),
                 "columns": {t: {c["name"]: c for c in insp.get_columns(t)} for t in TABLES},
                 "rows": {
-                    t: sorted(
+                    k: sorted(
                         tuple(r)
                         for r in conn.execute(
-                            sa.text(f"SELECT dag_id, task_id, run_id, try_number, state, max_tries FROM {t}")
+                            sa.text(
+                                f"SELECT dag_id, task_id, run_id, try_number, state, max_tries FROM {src}"
+                            )
                         )
                     )
-                    for t in TABLES
+                    for k, src in SOURCES.items()
                 },
             }
             if engine.dialect.name == "postgresql":
@@ -59,8 +73,8 @@ def _state(url: str) -> dict:
                 }
             if "infra_retry_count" in out["columns"]["task_instance"]:
                 out["counts"] = {
-                    t: [r[0] for r in conn.execute(sa.text(f"SELECT infra_retry_count FROM {t}"))]
-                    for t in TABLES
+                    k: [r[0] for r in conn.execute(sa.text(f"SELECT infra_retry_count FROM {src}"))]
+                    for k, src in SOURCES.items()
                 }
         return out
     finally:
@@ -77,9 +91,9 @@ def test_upgrade_and_downgrade_with_rows(backend, tmp_path):
         env.airflow("dags", "test", "aip122_mig", timeout=180)
         head = _state(url)
         assert head["revision"] == REVISION
-        assert len(head["rows"]["task_instance"]) == 2
-        assert len(head["rows"]["task_instance_history"]) == 1  # flaky's first try
-        assert head["counts"] == {"task_instance": [0, 0], "task_instance_history": [0]}
+        assert len(head["rows"]["live"]) == 2
+        assert len(head["rows"]["past"]) == 1  # flaky's first try
+        assert head["counts"] == {"live": [0, 0], "past": [0]}
 
         env.airflow("db", "downgrade", "-r", DOWN_REVISION, "-y", timeout=300)
         down = _state(url)
@@ -120,8 +134,7 @@ def test_postgresql_upgrade_sql_is_a_plain_add_column(tmp_path):
         ).stdout
     statements = [line.strip().rstrip(";") for line in out.splitlines() if "infra_retry_count" in line]
     assert statements == [
-        "ALTER TABLE task_instance ADD COLUMN infra_retry_count INTEGER DEFAULT 0 NOT NULL",
-        "ALTER TABLE task_instance_history ADD COLUMN infra_retry_count INTEGER DEFAULT 0 NOT NULL",
+        f"ALTER TABLE {table} ADD COLUMN infra_retry_count INTEGER DEFAULT 0 NOT NULL" for table in TABLES
     ], out
     # No batch table copy, no data rewrite.
     assert "_alembic_tmp" not in out

@@ -31,6 +31,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from _tries import LIVE_TRIES, PAST_TRIES  # noqa: E402
 from harness import AirflowEnv, free_port, pg_available, pg_database, wait_for  # noqa: E402
 
 VENV = Path(sys.executable).parent.parent
@@ -64,16 +65,16 @@ class Stack:
             conn.close()
 
     def ti(self, dag_id: str) -> dict[str, Any] | None:
-        rows = self.query("SELECT * FROM task_instance WHERE dag_id = %(d)s", d=dag_id)
+        rows = self.query(f"SELECT * FROM {LIVE_TRIES} WHERE dag_id = %(d)s", d=dag_id)
         return rows[0] if len(rows) == 1 else None
 
     def tries(self, dag_id: str) -> list[dict[str, Any]]:
         """Every try of the Dag's one task instance: archived tries first, then the live row."""
         cols = "try_number, state, start_date, end_date, failure_cause, failure_reason, infra_retry_count"
         hist = self.query(
-            f"SELECT {cols} FROM task_instance_history WHERE dag_id = %(d)s ORDER BY try_number", d=dag_id
+            f"SELECT {cols} FROM {PAST_TRIES} WHERE dag_id = %(d)s ORDER BY try_number", d=dag_id
         )
-        return hist + self.query(f"SELECT {cols} FROM task_instance WHERE dag_id = %(d)s", d=dag_id)
+        return hist + self.query(f"SELECT {cols} FROM {LIVE_TRIES} WHERE dag_id = %(d)s", d=dag_id)
 
     def jsonl(self, name: str) -> list[dict[str, Any]]:
         path = self.out / name
@@ -193,7 +194,7 @@ def test_task_code_cannot_forge_infra_over_the_supervisor_channel(stack: Stack):
     assert ti["failure_reason"] == "forged by task code"
     assert ti["state"] == "failed"
     assert (ti["try_number"], ti["max_tries"], ti["infra_retry_count"]) == (1, 0, 0)
-    assert stack.query("SELECT 1 FROM task_instance_history WHERE dag_id = %(d)s", d=dag_id) == []
+    assert stack.query(f"SELECT 1 FROM {PAST_TRIES} WHERE dag_id = %(d)s", d=dag_id) == []
     # The supervisor logged the downgrade in the task's log.
     logs = list((stack.env.home / "logs").rglob("*.log"))
     task_logs = [p for p in logs if f"dag_id={dag_id}" in str(p)]
@@ -208,7 +209,7 @@ def test_worker_reported_infra_at_the_route_is_unknown_and_never_granted(stack: 
     for task_id in ("probe_failed", "probe_retry"):
         wait_for(
             lambda t=task_id: stack.query(
-                "SELECT 1 FROM task_instance WHERE dag_id = %(d)s AND task_id = %(t)s AND state = 'success'",
+                f"SELECT 1 FROM {LIVE_TRIES} WHERE dag_id = %(d)s AND task_id = %(t)s AND state = 'success'",
                 d=dag_id,
                 t=t,
             ),
@@ -285,6 +286,6 @@ def test_callbacks_of_a_killed_task_process_run_once_each_in_the_dag_processor(s
     assert "Try 1 out of 2" in emails[0]["html"] and "Try 2 out of 2" in emails[1]["html"], emails
     assert all("SIGKILL" in e["html"] for e in emails)
     history = stack.query(
-        "SELECT try_number, state, failure_cause FROM task_instance_history WHERE dag_id = %(d)s", d=dag_id
+        f"SELECT try_number, state, failure_cause FROM {PAST_TRIES} WHERE dag_id = %(d)s", d=dag_id
     )
     assert [(h["try_number"], h["failure_cause"]) for h in history] == [(1, "unknown")]

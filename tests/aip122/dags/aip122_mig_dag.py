@@ -1,4 +1,4 @@
-"""Dag run by ``airflow dags test`` to fill task_instance and task_instance_history before migrating."""
+"""Dag run by ``airflow dags test`` to fill task_instance and its past tries before migrating."""
 
 from __future__ import annotations
 
