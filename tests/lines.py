@@ -22,15 +22,36 @@ LINE: str = paths.LINE
 DEFAULT_LINE: str = paths.DEFAULT_LINE
 TREE: Path = paths.tree_dir().resolve()
 
-__all__ = ["DEFAULT_LINE", "LINE", "PAST_TRIES", "TREE", "missing", "porting_features", "series_features"]
+__all__ = [
+    "DEFAULT_LINE",
+    "LINE",
+    "LIVE_TRIES",
+    "LIVE_TRY",
+    "PAST_TRIES",
+    "TREE",
+    "missing",
+    "porting_features",
+    "series_features",
+]
 
-#: The FROM-clause source of a task's *past* tries, for tests that read them with SQL. 3.3 keeps them
-#: in ``task_instance_history``; 3.4 keeps every try in ``task_instance`` and marks the archived ones
-#: ``working_set IS NULL`` (the live try is ``working_set IS TRUE``). The subquery keeps the 3.3 name
-#: as its alias, so ``SELECT try_number, failure_cause FROM {PAST_TRIES} WHERE dag_id = ...`` reads
-#: the same columns on both lines.
+#: Where a task instance's tries are, for tests that read them with SQL. 3.3 keeps the live try in
+#: ``task_instance`` and the past ones in ``task_instance_history``; 3.4 keeps every try in
+#: ``task_instance``, the live one ``working_set IS TRUE`` and the archived ones ``working_set IS
+#: NULL``, and names the map index ``region_index``.
+#:
+#: ``LIVE_TRY``: a condition that keeps only live tries of ``task_instance`` rows.
+LIVE_TRY: str = "TRUE" if LINE == DEFAULT_LINE else "working_set IS TRUE"
+#: ``LIVE_TRIES`` and ``PAST_TRIES``: FROM-clause sources of the live and the past tries. Each keeps its
+#: 3.3 table name as alias and reads 3.4's ``region_index`` as ``map_index`` too, so
+#: ``SELECT try_number, map_index, failure_cause FROM {PAST_TRIES} WHERE dag_id = ...`` reads the same
+#: columns on both lines.
+LIVE_TRIES: str = (
+    "task_instance"
+    if LINE == DEFAULT_LINE
+    else "(SELECT *, region_index AS map_index FROM task_instance WHERE working_set IS TRUE) AS task_instance"
+)
 PAST_TRIES: str = (
     "task_instance_history"
     if LINE == DEFAULT_LINE
-    else "(SELECT * FROM task_instance WHERE working_set IS NULL) AS task_instance_history"
+    else "(SELECT *, region_index AS map_index FROM task_instance WHERE working_set IS NULL) AS task_instance_history"
 )

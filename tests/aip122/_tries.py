@@ -1,28 +1,13 @@
-"""Where the AIP-122 tests read a task instance's tries with SQL, on either release line."""
+"""The try number the AIP-122 tests expect after a failure, on either release line.
+
+Where the tries are (``LIVE_TRIES``, ``PAST_TRIES``) is ``tests/lines.py``'s.
+"""
 
 from __future__ import annotations
 
-import lines
 from lines import DEFAULT_LINE, LINE
 
-__all__ = ["LIVE_TRIES", "PAST_TRIES", "pending_try"]
-
-#: The FROM-clause source of each task instance's live row (its current try). 3.3 keeps only the
-#: live row in ``task_instance``; 3.4 keeps every try there and marks the live one
-#: ``working_set IS TRUE``. Aliased ``task_instance``, as ``lines.PAST_TRIES`` keeps its 3.3 name;
-#: 3.4's ``region_index`` (3.3's ``map_index``, renamed) is also read as ``map_index``.
-LIVE_TRIES: str = (
-    "task_instance"
-    if LINE == DEFAULT_LINE
-    else "(SELECT *, region_index AS map_index FROM task_instance WHERE working_set IS TRUE) AS task_instance"
-)
-
-#: ``lines.PAST_TRIES`` (the past tries), with 3.4's ``region_index`` also read as ``map_index``.
-PAST_TRIES: str = (
-    lines.PAST_TRIES
-    if LINE == DEFAULT_LINE
-    else f"(SELECT *, region_index AS map_index FROM {lines.PAST_TRIES}) AS task_instance_history"
-)
+__all__ = ["pending_try"]
 
 
 def pending_try(failed_try: int) -> int:

@@ -20,7 +20,8 @@ import pytest
 
 # Import (and so configure) Airflow before any fixture touches logging; conftest set its environment.
 import airflow  # noqa: F401
-from _tries import PAST_TRIES, pending_try
+from _tries import pending_try
+from lines import PAST_TRIES
 from lines import DEFAULT_LINE, LINE
 
 pytestmark = pytest.mark.usefixtures("db_env")

@@ -32,7 +32,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from _tries import LIVE_TRIES, PAST_TRIES  # noqa: E402
+from lines import LIVE_TRIES, PAST_TRIES  # noqa: E402
 from harness import AirflowEnv, free_port, pg_available, pg_database, wait_for  # noqa: E402
 
 VENV = Path(sys.executable).parent.parent

@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import harness  # noqa: E402
 import lines  # noqa: E402
-from _tries import LIVE_TRIES, PAST_TRIES  # noqa: E402
+from lines import LIVE_TRIES, PAST_TRIES  # noqa: E402
 
 VENV = Path(sys.executable).parent.parent
 # The migration and the AIP-97 revision it revises, per line (3.4: 0150 after aip-97's 0149, with

@@ -41,13 +41,6 @@ EXPECTED = {
         "heartbeat_timeout",
     ),
 }
-#: The live try of each task instance, for _ti_rows(); past tries are lines.PAST_TRIES. 3.4 keeps the
-#: archived tries in task_instance too (working_set IS NULL), so its live rows need the filter.
-LIVE_TRIES = (
-    "task_instance"
-    if lines.LINE == lines.DEFAULT_LINE
-    else "(SELECT * FROM task_instance WHERE working_set IS TRUE) AS task_instance"
-)
 #: 3.3 allocates a retry's try number in schedule_tis() (1 -> 2); 3.4 when it archives the failed try,
 #: so its up_for_retry live row already carries the next try_number.
 ALLOCATES_TRY_ON_ARCHIVE = lines.LINE != lines.DEFAULT_LINE
@@ -132,7 +125,7 @@ def scenario(tmp_path_factory, patched_venv) -> Scenario:
 
             def done() -> bool:
                 rows = {
-                    r["task_id"]: r["state"] for r in _ti_rows(url, LIVE_TRIES)
+                    r["task_id"]: r["state"] for r in _ti_rows(url, lines.LIVE_TRIES)
                 }
                 finished = all(rows.get(t) == "failed" for t in EXPECTED)
                 finished = finished and rows.get("downstream") == "upstream_failed"
@@ -178,7 +171,7 @@ def _log_lines(scenario: Scenario) -> list[dict[str, str]]:
 @pytest.mark.e2e
 @pytest.mark.timeout(150)
 def test_cause_and_reason_are_persisted(scenario):
-    live = {r["task_id"]: r for r in _ti_rows(scenario.url, LIVE_TRIES)}
+    live = {r["task_id"]: r for r in _ti_rows(scenario.url, lines.LIVE_TRIES)}
     for task_id, (state, try_number, cause, reason, _) in EXPECTED.items():
         row = live[task_id]
         assert (row["state"], row["try_number"], row["failure_cause"]) == (
@@ -388,7 +381,7 @@ with create_session() as session:
     scenario.env.run_python(code)
     scenario.env.airflow("tasks", "clear", DAG_ID, "-t", "infra_fail", "-y")
 
-    live = {r["task_id"]: r for r in _ti_rows(scenario.url, LIVE_TRIES)}
+    live = {r["task_id"]: r for r in _ti_rows(scenario.url, lines.LIVE_TRIES)}
     assert live["lost_heartbeat"]["state"] == "scheduled"
     assert live["lost_heartbeat"]["try_number"] == 2
     assert (

@@ -28,9 +28,6 @@ from harness import AirflowEnv, free_port, pg_available, pg_database, wait_for  
 VENV = Path(sys.executable).parent.parent
 DEMO_DAG = HERE.parents[1] / "examples" / "dags" / "aip97_failure_causes.py"
 HEARTBEAT_TIMEOUT = 300
-#: The live try of each task instance. 3.4 keeps archived tries as task_instance rows too
-#: (``working_set IS NULL``); only the live one has ``working_set IS TRUE``. Past tries: lines.PAST_TRIES.
-LIVE_TRY = "TRUE" if lines.LINE == lines.DEFAULT_LINE else "working_set IS TRUE"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,7 +66,7 @@ class Stack:
 
     def ti(self, dag_id: str, task_id: str) -> dict[str, Any] | None:
         rows = self.query(
-            f"SELECT * FROM task_instance WHERE dag_id = %(d)s AND task_id = %(t)s AND {LIVE_TRY}",
+            f"SELECT * FROM task_instance WHERE dag_id = %(d)s AND task_id = %(t)s AND {lines.LIVE_TRY}",
             d=dag_id,
             t=task_id,
         )

@@ -12,10 +12,6 @@ import lines
 REDIS_DBS: dict[str, tuple[int, int]] = {"3.3": (12, 13), "3.4": (14, 15)}
 REDIS_DB_E2E, REDIS_DB_IN_PROCESS = REDIS_DBS[lines.LINE]
 
-#: A condition that keeps only the *live* try of a ``task_instance`` row set, for SQL that also
-#: reads past tries from ``lines.PAST_TRIES``. 3.4 keeps archived tries as ``task_instance`` rows
-#: (``working_set IS NULL``); on 3.3 every ``task_instance`` row is the live try.
-LIVE_TRY = "TRUE" if lines.LINE == lines.DEFAULT_LINE else "working_set IS TRUE"
 
 
 def core_supports_failure_cause() -> bool:

@@ -27,7 +27,8 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
 import lines  # noqa: E402
-from _helpers import LIVE_TRY, REDIS_DB_E2E, core_supports_failure_cause  # noqa: E402
+from _helpers import REDIS_DB_E2E, core_supports_failure_cause  # noqa: E402
+from lines import LIVE_TRY  # noqa: E402
 from harness import AirflowEnv, free_port, pg_available, pg_database, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.requires_feature("aip-97-celery")

@@ -42,7 +42,8 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
 import lines  # noqa: E402
-from _helpers import LIVE_TRY, core_supports_failure_cause  # noqa: E402
+from _helpers import core_supports_failure_cause  # noqa: E402
+from lines import LIVE_TRY  # noqa: E402
 from harness import AirflowEnv, free_port, pg_available, pg_database, wait_for  # noqa: E402
 from test_celery_e2e import aip122_installed, query  # noqa: E402
 
