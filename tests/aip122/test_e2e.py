@@ -185,6 +185,21 @@ def _wait_finished(stack: Stack, dag_id: str, expected: int, timeout: float, env
         raise
 
 
+def _log_once(env: AirflowEnv, name: str, ready, timeout: float = 30) -> str:
+    """The log of ``name`` once ``ready(text)`` holds.
+
+    The scheduler logs a failure's outcome line after the transaction that recorded it commits (it
+    reports only what was recorded), so a test that saw the state in the database waits for the line
+    before it stops the scheduler, else the stop can come between the commit and the line.
+    """
+    return wait_for(
+        lambda: (text := env.log_text(name)) and ready(text) and text,
+        timeout=timeout,
+        interval=0.5,
+        what=f"the outcome lines in {name}'s log",
+    )
+
+
 @pytest.mark.e2e
 # pytest-timeout counts the module stack's start (db migrate, api-server, dag-processor) in the first
 # test and its stop in the last: about 90 s idle, given three times that for a loaded CI machine.
@@ -196,6 +211,7 @@ def test_default_config_fails_like_upstream(stack: Stack):
         stack.trigger("aip122_default")
         tis = _wait_finished(stack, "aip122_default", 1, 90, [env, stack.base])
         elapsed = time.monotonic() - start
+        text = _log_once(env, "scheduler-default-0", _failure_lines)
     finally:
         env.stop()
     ti = tis[("kill_once", -1)]
@@ -205,7 +221,6 @@ def test_default_config_fails_like_upstream(stack: Stack):
     assert ti["failure_cause"] == "infra"
     # A denial because the feature is off is no warning, and not a separate info line either: the
     # scheduler's one line for the failure carries it.
-    text = env.log_text("scheduler-default-0")
     assert _decision_lines(text) == []
     assert [(d["failure_cause"], d["infra_retry"]) for d in _failure_lines(text)] == [("infra", "denied:disabled")]
     print(f"default config: failed {elapsed:.1f}s after the trigger")
@@ -225,7 +240,15 @@ def test_infra_retries_end_to_end(stack: Stack):
     try:
         stack.trigger("aip122_ha")
         tis = _wait_finished(stack, "aip122_ha", 8, 100, [env, stack.base])
-        logs = [env.log_text("scheduler-ha-0")]
+
+        def outcomes_logged(text: str) -> bool:
+            failures = [d for d in _failure_lines(text) if d["dag_id"] == "aip122_ha"]
+            denials = [
+                d for d in _decision_lines(text) if d["dag_id"] == "aip122_ha" and d["infra_retry"] == "denied"
+            ]
+            return any(d["task_id"] == "opt_out" for d in failures) and bool(denials)
+
+        logs = [_log_once(env, "scheduler-ha-0", outcomes_logged)]
         alive = [p.poll() is None for p in env.procs.values()]
     finally:
         env.stop()
