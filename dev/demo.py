@@ -1,7 +1,7 @@
 """``make demo``: run the patched Airflow locally and show what each feature does.
 
 Starts the api-server, scheduler, dag-processor and triggerer on SQLite with the LocalExecutor in
-a fresh ``demo-home/``, loading ``examples/dags``. Prints the UI address and login, triggers the
+a fresh ``build/<line>/demo-home/``, loading ``examples/dags``. Prints the UI address and login, triggers the
 example Dags named by each module in ``examples/summaries``, waits for them and prints each
 module's summary. Then it keeps Airflow running for the UI until Ctrl-C (``--exit`` stops right
 after the summary). Every process is started in its own process group and the whole group is
@@ -26,7 +26,7 @@ from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dev"))
-from pstool.paths import DEFAULT_LINE, LINE  # noqa: E402  (make demo LINE=3.4)
+from pstool.paths import BUILD_DIR, LINE  # noqa: E402  (make demo LINE=3.4)
 
 VENV_BIN = Path(sys.executable).parent
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -90,7 +90,7 @@ class Processes:
     def check(self) -> None:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
-                raise RuntimeError(f"airflow {name} exited with {proc.returncode}; see demo-home/logs/{name}.log")
+                raise RuntimeError(f"airflow {name} exited with {proc.returncode}; see build/{LINE}/demo-home/logs/{name}.log")
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -187,7 +187,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8080)
     args = parser.parse_args()
 
-    home = REPO / ("demo-home" if LINE == DEFAULT_LINE else f"demo-home-{LINE}")
+    home = BUILD_DIR / "demo-home"
     shutil.rmtree(home, ignore_errors=True)
     (home / "logs").mkdir(parents=True)
     port = free_port(args.port)
@@ -202,7 +202,7 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        print("airflow-patchset demo: migrating a fresh SQLite database in demo-home/ ...", flush=True)
+        print(f"airflow-patchset demo: migrating a fresh SQLite database in {home} ...", flush=True)
         airflow(env, "db", "migrate")
         for name in COMPONENTS:
             procs.start(name, [str(VENV_BIN / "airflow"), name], env, home / "logs" / f"{name}.log")

@@ -21,8 +21,10 @@ from pstool.lines import missing, porting_features, series_features  # noqa: E40
 LINE: str = paths.LINE
 DEFAULT_LINE: str = paths.DEFAULT_LINE
 TREE: Path = paths.tree_dir().resolve()
+BUILD_DIR: Path = paths.BUILD_DIR
 
 __all__ = [
+    "BUILD_DIR",
     "DEFAULT_LINE",
     "LINE",
     "LIVE_TRIES",

@@ -8,8 +8,8 @@ Steps, each of which stops with a clear error and changes nothing when it fails:
 
 1. The checkout is a git work tree, with no uncommitted change (staged, unstaged or untracked
    outside ``files/``), and its HEAD is the series' base commit: the upstream release commit named
-   in ``upstream.lock`` (``[upstream] commit``; ``--base-commit`` overrides it). ``PATCHSET_LINE=3.4``
-   (``make breeze-apply LINE=3.4``) takes the 3.4 line's lock and series instead.
+   in the selected line's ``lines/<line>/upstream.lock`` (``[upstream] commit``; ``--base-commit``
+   overrides it). ``PATCHSET_LINE`` (``make breeze-apply LINE=3.4``) selects the line, as for pstool.
 2. The feature's series is exported with ``pstool export-upstream`` (or read from ``--series``) and
    applied with ``git am`` (no 3-way). A patch that does not apply aborts the ``git am``, leaving the
    checkout at the base commit.
@@ -48,9 +48,12 @@ def _git(checkout: Path, *args: str, check: bool = True) -> subprocess.Completed
 
 
 def lock_base_commit() -> str:
-    """The release commit of the selected line (``PATCHSET_LINE``, as for pstool; default 3.3)."""
-    line = os.environ.get("PATCHSET_LINE") or "3.3"
-    lock = REPO / "upstream.lock" if line == "3.3" else REPO / "lines" / line / "upstream.lock"
+    """The release commit of the selected line (``PATCHSET_LINE``, as for pstool)."""
+    sys.path.insert(0, str(REPO / "dev"))
+    from pstool.paths import DEFAULT_LINE, LINES_DIR
+
+    line = os.environ.get("PATCHSET_LINE") or DEFAULT_LINE
+    lock = LINES_DIR / line / "upstream.lock"
     if not lock.is_file():
         raise CheckoutError(f"no release line {line!r} in this repository ({lock} is missing)")
     return tomllib.loads(lock.read_text())["upstream"]["commit"]

@@ -35,7 +35,7 @@ written from what the hook checks, and applied to what the series changes:
     not (upstream's ruff rules that do not depend on per-directory settings: import order, pyflakes,
     pycodestyle, pyupgrade for Python 3.10, logging calls), and every Python file the series adds is
     ``ruff format``-clean; settings are upstream's root ones (``dev/generator-root/pyproject.toml``).
-    The only check that needs a tool: ``ruff`` from the venv (pinned in ``dev/constraints.txt``).
+    The only check that needs a tool: ``ruff`` from the venv (pinned in each line's ``lines/<line>/constraints.txt``).
 ``newsfragments``
     A newsfragment a patch adds is named ``<id>.<type>.rst`` with one of towncrier's types, and a
     ``significant`` one carries the template's "Types of change" (one box ticked) and

@@ -27,8 +27,8 @@ def series_features() -> frozenset[str]:
 @functools.cache
 def porting_features() -> frozenset[str]:
     """Features the line's ``line.toml`` lists as still being ported."""
-    path = paths.LINE_DIR / "line.toml"
-    if paths.LINE == paths.DEFAULT_LINE or not path.is_file():
+    path = paths.CURRENT.line_toml
+    if not path.is_file():
         return frozenset()
     return frozenset(tomllib.loads(path.read_text()).get("porting", {}).get("features", []))
 
@@ -36,8 +36,8 @@ def porting_features() -> frozenset[str]:
 @functools.cache
 def generator_options() -> dict:
     """The line's ``[generators]`` settings from ``line.toml`` (how upstream's generators ran for it)."""
-    path = paths.LINE_DIR / "line.toml"
-    if paths.LINE == paths.DEFAULT_LINE or not path.is_file():
+    path = paths.CURRENT.line_toml
+    if not path.is_file():
         return {}
     return dict(tomllib.loads(path.read_text()).get("generators", {}))
 

@@ -1,47 +1,99 @@
 """Locations used by the tool, all relative to the repository root.
 
-The repository carries one patch set per upstream release line. ``PATCHSET_LINE`` (the Makefile's
-``LINE``) selects one; unset means the deployable line, :data:`DEFAULT_LINE`, whose files keep their
-historical places (``upstream.lock``, ``patches/``, ``build/``, ``.venv``, ``dist/``). Every other
-line ``X`` lives under ``lines/X/`` (its ``upstream.lock`` and ``patches/``) and builds into
-``build/X/``, ``.venv-X`` and ``dist/X/``. Downloads are shared: files are named by version.
+The repository carries one patch set per upstream release line, each under ``lines/<line>/``:
+its ``upstream.lock``, ``constraints.txt``, ``line.toml`` and ``patches/`` (with the ``series``).
+Every line builds into ``build/<line>/`` (tree, caches, upstream exports) and ``dist/<line>/``.
+``PATCHSET_LINE`` (the Makefile's ``LINE``) selects one; unset means :data:`DEFAULT_LINE`, which
+is the only thing that line has that the others don't. The one exception to the symmetry is the
+venv: ``.venv`` is the default line's and ``.venv-<line>`` every other line's, as the README's
+commands use them. Downloads (``.cache/upstream``) are shared: files are named by version.
+
+:func:`for_line` gives any line's locations; the module constants are the selected line's, read once
+per process.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The line a bare ``make ...`` selects (the deployable one). The Makefile's ``LINE ?=`` agrees
+#: (tests/tooling/test_lines.py checks it).
 DEFAULT_LINE = "3.3"
-LINES_DIR = ROOT / "lines"
+LINES_DIR = Path(os.environ.get("PATCHSET_LINES", ROOT / "lines"))
+#: Where every line builds (``PATCHSET_BUILD`` overrides, e.g. for the port command's tests).
+BUILD_ROOT = Path(os.environ.get("PATCHSET_BUILD", ROOT / "build"))
+#: Which features' patches twin across lines since their last port (pstool.twins).
+TWINS_FILE = LINES_DIR / "twins.toml"
 
 
 def known_lines() -> list[str]:
-    """The default line and every ``lines/X`` that holds an ``upstream.lock``."""
-    others = sorted(p.name for p in LINES_DIR.iterdir() if (p / "upstream.lock").is_file()) if LINES_DIR.is_dir() else []
-    return [DEFAULT_LINE, *others]
+    """Every ``lines/X`` that holds an ``upstream.lock``, oldest release first."""
+    if not LINES_DIR.is_dir():
+        return []
+    found = [p.name for p in LINES_DIR.iterdir() if (p / "upstream.lock").is_file()]
+    return sorted(found, key=lambda name: tuple(int(x) if x.isdigit() else x for x in name.split(".")))
 
 
-def current_line() -> str:
-    """The selected line; an unknown one is a clear error naming the known ones."""
-    line = os.environ.get("PATCHSET_LINE") or DEFAULT_LINE
+@dataclass(frozen=True)
+class LinePaths:
+    """Where one release line's inputs and outputs are."""
+
+    line: str
+    dir: Path  # lines/<line>
+    lock_file: Path
+    constraints: Path
+    line_toml: Path
+    patches_dir: Path
+    build_dir: Path  # build/<line>
+    dist_dir: Path  # dist/<line>
+    venv: Path  # .venv (default line) or .venv-<line>
+
+    @property
+    def series_file(self) -> Path:
+        return self.patches_dir / "series"
+
+    @property
+    def tree(self) -> Path:
+        return self.build_dir / "tree"
+
+
+def for_line(line: str) -> LinePaths:
+    """The locations of ``line``; an unknown line is a clear error naming the known ones."""
     if line not in known_lines():
         raise SystemExit(
             f"pstool: unknown release line {line!r} (PATCHSET_LINE / make LINE=); "
-            f"this repository carries: {', '.join(known_lines())}"
+            f"this repository carries: {', '.join(known_lines()) or 'none'} (under {LINES_DIR})"
         )
-    return line
+    directory = LINES_DIR / line
+    return LinePaths(
+        line=line,
+        dir=directory,
+        lock_file=directory / "upstream.lock",
+        constraints=directory / "constraints.txt",
+        line_toml=directory / "line.toml",
+        patches_dir=directory / "patches",
+        build_dir=BUILD_ROOT / line,
+        dist_dir=ROOT / "dist" / line,
+        venv=ROOT / ".venv" if line == DEFAULT_LINE else ROOT / f".venv-{line}",
+    )
+
+
+def current_line() -> str:
+    """The selected line (``PATCHSET_LINE``, else :data:`DEFAULT_LINE`)."""
+    return os.environ.get("PATCHSET_LINE") or DEFAULT_LINE
 
 
 LINE = current_line()
-_DEFAULT = LINE == DEFAULT_LINE
-LINE_DIR = ROOT if _DEFAULT else LINES_DIR / LINE
-LOCK_FILE = LINE_DIR / "upstream.lock"
-PATCHES_DIR = Path(os.environ.get("PATCHSET_PATCHES", LINE_DIR / "patches"))
+CURRENT = for_line(LINE)
+LINE_DIR = CURRENT.dir
+LOCK_FILE = CURRENT.lock_file
+PATCHES_DIR = Path(os.environ.get("PATCHSET_PATCHES", CURRENT.patches_dir))
 SERIES_FILE = PATCHES_DIR / "series"
-BUILD_DIR = ROOT / "build" if _DEFAULT else ROOT / "build" / LINE
-DIST_DIR = ROOT / "dist" if _DEFAULT else ROOT / "dist" / LINE
+BUILD_DIR = CURRENT.build_dir
+DIST_DIR = CURRENT.dist_dir
 
 
 def cache_dir() -> Path:
@@ -51,10 +103,9 @@ def cache_dir() -> Path:
 
 def tree_dir() -> Path:
     """The materialized upstream tree (``PATCHSET_TREE`` overrides, e.g. for a second worktree)."""
-    return Path(os.environ.get("PATCHSET_TREE", BUILD_DIR / "tree"))
+    return Path(os.environ.get("PATCHSET_TREE", CURRENT.tree))
 
 
 def venv_dir() -> Path:
     """The project virtualenv with the patched wheels (``PATCHSET_VENV`` overrides)."""
-    default = ROOT / ".venv" if _DEFAULT else ROOT / f".venv-{LINE}"
-    return Path(os.environ.get("PATCHSET_VENV", default))
+    return Path(os.environ.get("PATCHSET_VENV", CURRENT.venv))

@@ -161,7 +161,7 @@ def apply_series(tree: Path, patches: list[Patch], *, allow_offset: bool = False
 
 
 def checkout(tree: Path | None = None, *, quiet: bool = False) -> Path:
-    """build/tree = pristine base + the full series (every feature and the integration patches)."""
+    """build/<line>/tree = pristine base + the full series (every feature and the integration patches)."""
     tree = tree or tree_dir()
     patches = full_selection(load_series())
     base = init_base(tree)
@@ -177,11 +177,12 @@ def _slug(subject: str) -> str:
     return slug[:60].rstrip("-") or "patch"
 
 
-def commit_patch_names(tree: Path) -> list[tuple[str, str, str]]:
+def commit_patch_names(tree: Path, *, skip_fixups: bool = False) -> list[tuple[str, str, str]]:
     """(commit sha, patch file name, feature) for every commit after the base, in order.
 
     The name comes from the ``Patch-Filename`` trailer that checkout adds; a new commit gets
-    ``<feature>/<NNNN>-<slug of subject>.patch`` from its ``Feature`` trailer.
+    ``<feature>/<NNNN>-<slug of subject>.patch`` from its ``Feature`` trailer. ``skip_fixups``
+    leaves out ``fixup!``/``squash!``/``amend!`` commits not squashed yet (pstool.port).
     """
     commits = out(tree, "rev-list", "--reverse", f"{BASE_REF}..HEAD").split()
     result: list[tuple[str, str, str]] = []
@@ -190,6 +191,8 @@ def commit_patch_names(tree: Path) -> list[tuple[str, str, str]]:
         trailers = parse_trailers(message)
         feature = trailers.get("Feature", "")
         subject = out(tree, "log", "-1", "--format=%s", sha)
+        if skip_fixups and subject.startswith(("fixup! ", "squash! ", "amend! ")):
+            continue
         if not feature:
             raise PatchsetError(f"commit {sha[:12]} ({subject!r}) has no Feature: trailer")
         name = trailers.get("Patch-Filename")

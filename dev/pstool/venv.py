@@ -16,12 +16,11 @@ from pathlib import Path
 from pstool import PatchsetError
 from pstool.build import build, dist_dir
 from pstool.lock import fetch, load_lock, sha256_of
-from pstool.paths import LINE_DIR, PATCHES_DIR, ROOT, tree_dir, venv_dir
+from pstool.paths import CURRENT, PATCHES_DIR, ROOT, tree_dir, venv_dir
 
 REQUIREMENTS = ROOT / "dev" / "requirements-test.txt"
-# A line may pin its own third-party set (lines/X/constraints.txt); else it shares the default's.
-_LINE_CONSTRAINTS = LINE_DIR / "constraints.txt"
-CONSTRAINTS = _LINE_CONSTRAINTS if _LINE_CONSTRAINTS.is_file() else ROOT / "dev" / "constraints.txt"
+# Each line pins its own third-party set (lines/<line>/constraints.txt).
+CONSTRAINTS = CURRENT.constraints
 STAMP = ".patchset-stamp.json"
 
 
@@ -33,9 +32,9 @@ def _pip(venv: Path, *args: str) -> None:
 
 
 def ensure_tree(tree: Path | None) -> Path:
-    """The tree to build from: the given one, or build/tree, checked out if missing.
+    """The tree to build from: the given one, or build/<line>/tree, checked out if missing.
 
-    build/tree must match patches/ exactly, so that an unexported edit is never silently lost
+    The tree must match the line's patches/ exactly, so that an unexported edit is never silently lost
     or silently shipped.
     """
     from pstool.tree import checkout, export

@@ -38,9 +38,9 @@ def test_demo_runs_the_examples_and_prints_the_summary() -> None:
     # Nothing it started is left running.
     import psutil
 
-    from lines import DEFAULT_LINE, LINE
+    from lines import BUILD_DIR
 
-    home = str(REPO / ("demo-home" if LINE == DEFAULT_LINE else f"demo-home-{LINE}"))
+    home = str(BUILD_DIR / "demo-home")
     left = []
     for process in psutil.process_iter():
         try:

@@ -4,7 +4,7 @@ The patched providers of THIS checkout on an UNPATCHED core of this release line
 A venv (``build/compat-venv``; ``build/3.4/compat-venv`` on the 3.4 line) holds the line's pinned
 upstream core / task-sdk / standard wheels (its ``upstream.lock``), the providers' dependencies and
 the test tools, resolved within the line's constraints; it is rebuilt only when those change (see
-``compat_venv.py``). The line's provider wheels (``dist/``, ``dist/3.4/``) are then force-reinstalled
+``compat_venv.py``). The line's provider wheels (``dist/<line>/``) are then force-reinstalled
 on every run and
 checked file by file against the wheels, so the venv runs exactly the code this checkout built
 (their version, ``X+ps.1``, never changes, so a plain ``pip install`` would keep an earlier build).

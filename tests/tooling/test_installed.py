@@ -1,4 +1,4 @@
-"""The project venv holds the patched wheels built from patches/: check what was installed."""
+"""The line's venv holds the patched wheels built from its series: check what was installed."""
 
 from __future__ import annotations
 
@@ -9,19 +9,23 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "dev"))
+from pstool.lock import load_lock  # noqa: E402
+from pstool.paths import PATCHES_DIR  # noqa: E402
+
+LOCK = load_lock()  # the session's line
 
 
 def _series() -> list[str]:
     """The full series' patch names (every feature, and the integration patches whose conditions hold)."""
-    sys.path.insert(0, str(REPO / "dev"))
     from pstool.series import full_selection, load_series
 
-    return [p.name for p in full_selection(load_series(REPO / "patches"))]
+    return [p.name for p in full_selection(load_series(PATCHES_DIR))]
 
 
 def test_core_and_sdk_carry_the_local_version_label() -> None:
-    assert importlib.metadata.version("apache-airflow-core") == "3.3.2+ps.1"
-    assert importlib.metadata.version("apache-airflow-task-sdk") == "1.3.2+ps.1"
+    for name in ("apache-airflow-core", "apache-airflow-task-sdk"):
+        assert importlib.metadata.version(name) == f"{LOCK.wheel(name).version}+ps.1"
 
 
 def test_pip_check_passes() -> None:
@@ -33,11 +37,11 @@ def test_airflow_version_prints_the_upstream_release() -> None:
     airflow = Path(sys.executable).parent / "airflow"
     proc = subprocess.run([str(airflow), "version"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "3.3.2"
+    assert proc.stdout.strip().splitlines()[-1] == LOCK.release
 
 
 def test_installed_manifest_lists_the_series() -> None:
     manifest = json.loads(importlib.metadata.distribution("apache-airflow-core").read_text("patchset.json"))
     core_patches = [p["name"] for p in manifest["patches"]]
     assert core_patches == _series()
-    assert manifest["upstream_commit"] == "aa19d2dbb9ed187ec01957a92848d9b005e9ba9d"
+    assert manifest["upstream_commit"] == LOCK.commit

@@ -1,4 +1,9 @@
-"""Release lines: PATCHSET_LINE picks a line's lock, series, tree, venv and dist; the lines' locks are sound."""
+"""Release lines: PATCHSET_LINE picks a line's lock, series, tree, venv and dist; the lines' locks are sound.
+
+Every line lives under ``lines/<line>/`` and builds under ``build/<line>/`` and ``dist/<line>/``; only
+the venv of the default line keeps the name ``.venv``. The checks of a line's files run in that
+line's own session (its files are fetched by that session, never by another's).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+import lines  # noqa: E402  (the session's line)
+
+SESSION_LOCK = REPO / "lines" / lines.LINE / "upstream.lock"
 
 
 def _paths(line: str | None) -> dict[str, str]:
@@ -33,26 +42,38 @@ def _paths(line: str | None) -> dict[str, str]:
     return json.loads(proc.stdout)
 
 
-def test_the_default_line_keeps_its_historical_places() -> None:
-    for line in (None, "", "3.3"):
-        paths = _paths(line)
-        assert paths["line"] == "3.3"
-        assert paths["lock"] == str(REPO / "upstream.lock")
-        assert paths["patches"] == str(REPO / "patches")
-        assert paths["tree"] == str(REPO / "build" / "tree")
-        assert paths["venv"] == str(REPO / ".venv")
-        assert paths["dist"] == str(REPO / "dist")
+@pytest.mark.line_independent
+@pytest.mark.parametrize("line", ["3.3", "3.4"])
+def test_every_line_lives_under_lines_and_builds_apart(line: str) -> None:
+    paths = _paths(line)
+    assert paths["line"] == line
+    assert paths["lock"] == str(REPO / "lines" / line / "upstream.lock")
+    assert paths["patches"] == str(REPO / "lines" / line / "patches")
+    assert paths["tree"] == str(REPO / "build" / line / "tree")
+    assert paths["build"] == str(REPO / "build" / line)
+    assert paths["dist"] == str(REPO / "dist" / line)
+    assert paths["venv"] == str(REPO / (".venv" if line == "3.3" else f".venv-{line}"))
 
 
-def test_another_line_lives_under_lines_and_builds_apart() -> None:
-    paths = _paths("3.4")
-    assert paths["lock"] == str(REPO / "lines" / "3.4" / "upstream.lock")
-    assert paths["patches"] == str(REPO / "lines" / "3.4" / "patches")
-    assert paths["tree"] == str(REPO / "build" / "3.4" / "tree")
-    assert paths["venv"] == str(REPO / ".venv-3.4")
-    assert paths["dist"] == str(REPO / "dist" / "3.4")
+@pytest.mark.line_independent
+def test_an_unset_line_is_the_default_one_the_makefile_names() -> None:
+    for line in (None, ""):
+        assert _paths(line) == _paths("3.3")
+    makefile = (REPO / "Makefile").read_text()
+    assert "\nLINE ?= 3.3\n" in makefile
 
 
+@pytest.mark.line_independent
+def test_nothing_of_a_line_is_left_outside_lines() -> None:
+    """The symmetric layout: no line keeps its lock, series or constraints at the repository root."""
+    for stray in ("upstream.lock", "patches", "dev/constraints.txt"):
+        assert not (REPO / stray).exists(), f"{stray} belongs under lines/<line>/"
+    for line_dir in sorted(p for p in (REPO / "lines").iterdir() if p.is_dir()):
+        for needed in ("upstream.lock", "constraints.txt", "line.toml", "patches/series"):
+            assert (line_dir / needed).is_file(), f"{line_dir.name} lacks {needed}"
+
+
+@pytest.mark.line_independent
 def test_an_unknown_line_is_a_clear_error_naming_the_known_ones() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pstool", "verify"],
@@ -66,54 +87,54 @@ def test_an_unknown_line_is_a_clear_error_naming_the_known_ones() -> None:
     assert "3.3, 3.4" in proc.stderr
 
 
-@pytest.mark.parametrize("lock", [REPO / "upstream.lock", *sorted((REPO / "lines").glob("*/upstream.lock"))])
-def test_each_line_pins_one_release_and_the_commit_its_core_wheel_names(lock: Path) -> None:
-    """A line's lock pins core and task-sdk of one release, the meta-distribution, and the commit."""
-    data = tomllib.loads(lock.read_text())
+def test_the_line_pins_one_release_and_the_commit_its_core_wheel_names() -> None:
+    """The session's lock pins core and task-sdk of one release, the meta-distribution, and the commit."""
+    data = tomllib.loads(SESSION_LOCK.read_text())
     dists = {d["name"]: d for d in data["dist"]}
     release = data["upstream"]["release"]
     assert dists["apache-airflow-core"]["version"] == release
     assert dists["apache-airflow"]["version"] == release
-    wheel = REPO / ".cache" / "upstream" / dists["apache-airflow-core"]["file"]
-    if not wheel.exists():
-        pytest.skip(f"{wheel.name} is not fetched here (make fetch LINE=...)")
+    wheel = _fetched(dists["apache-airflow-core"]["file"])
     with zipfile.ZipFile(wheel) as zf:
         git_version = zf.read("airflow/git_version").decode()
     assert data["upstream"]["commit"] in git_version
 
 
+@pytest.mark.line_independent
 def test_every_line_carries_the_same_provider_pins() -> None:
     """Providers are pinned alike on every line unless a line must move one (it says so in its lock)."""
     def providers(lock: Path) -> dict[str, str]:
         data = tomllib.loads(lock.read_text())
         return {d["name"]: d["version"] for d in data["dist"] if d["name"].startswith("apache-airflow-providers-")}
 
-    default = providers(REPO / "upstream.lock")
-    for lock in sorted((REPO / "lines").glob("*/upstream.lock")):
-        assert providers(lock) == default, lock
+    locks = sorted((REPO / "lines").glob("*/upstream.lock"))
+    assert len(locks) >= 2
+    for lock in locks:
+        assert providers(lock) == providers(locks[0]), lock
+
+
+def _fetched(name: str) -> Path:
+    """A pinned file of the session's line, fetched by this session if it is not there yet."""
+    sys.path.insert(0, str(REPO / "dev"))
+    from pstool.lock import fetch, load_lock
+
+    return next(path for path in fetch(load_lock(SESSION_LOCK), quiet=True).values() if path.name == name)
 
 
 def _line_files(lock: Path) -> tuple[Path, Path | None]:
     """(the line's constraints, its line.toml or None) as pstool.venv / pstool.lines pick them."""
-    line_dir = lock.parent
-    constraints = line_dir / "constraints.txt"
-    if line_dir == REPO or not constraints.is_file():
-        constraints = REPO / "dev" / "constraints.txt"
-    toml = line_dir / "line.toml" if line_dir != REPO else None
-    return constraints, toml if toml is not None and toml.is_file() else None
+    toml = lock.parent / "line.toml"
+    return lock.parent / "constraints.txt", toml if toml.is_file() else None
 
 
 def _sdk_wheel_text(lock: Path, member: str) -> str:
     data = tomllib.loads(lock.read_text())
     dist = next(d for d in data["dist"] if d["name"] == "apache-airflow-task-sdk")
-    wheel = REPO / ".cache" / "upstream" / dist["file"]
-    if not wheel.exists():
-        pytest.skip(f"{wheel.name} is not fetched here (make fetch LINE=...)")
-    with zipfile.ZipFile(wheel) as zf:
+    with zipfile.ZipFile(_fetched(dist["file"])) as zf:
         return zf.read(member).decode()
 
 
-@pytest.mark.parametrize("lock", [REPO / "upstream.lock", *sorted((REPO / "lines").glob("*/upstream.lock"))])
+@pytest.mark.parametrize("lock", [SESSION_LOCK])
 def test_each_line_pins_the_model_generator_its_release_was_generated_with(lock: Path) -> None:
     """The line's constraints pin the datamodel-code-generator named in its release's _generated.py header
     (a different version rewrites the header and the models; `pstool verify` proves the whole output)."""
@@ -124,7 +145,7 @@ def test_each_line_pins_the_model_generator_its_release_was_generated_with(lock:
     assert pins == [released], f"{constraints.relative_to(REPO)} pins {pins}, the release was generated with {released}"
 
 
-@pytest.mark.parametrize("lock", [REPO / "upstream.lock", *sorted((REPO / "lines").glob("*/upstream.lock"))])
+@pytest.mark.parametrize("lock", [SESSION_LOCK])
 def test_each_line_renders_jsonvalue_as_its_released_supervisor_schema_does(lock: Path) -> None:
     """pydantic renders JsonValue as {}; a release whose schema.json files it typed needs the line's
     [generators] supervisor_typed_json_value, and one that has {} must not set it."""

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.line_independent  # pstool itself, on the default line's pristine base
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev"))
 
@@ -20,7 +22,7 @@ from pstool.lock import fetch, load_lock  # noqa: E402
 
 
 def test_hash_mismatch_is_rejected_naming_the_file(tmp_path: Path) -> None:
-    lock_text = (REPO / "upstream.lock").read_text()
+    lock_text = (REPO / "lines" / "3.3" / "upstream.lock").read_text()
     pinned = load_lock().wheel("apache-airflow-task-sdk")
     bad = tmp_path / "upstream.lock"
     bad.write_text(lock_text.replace(pinned.sha256, "0" * 64))

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.line_independent  # pstool itself, on the default line's pristine base
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev"))
 
@@ -161,7 +163,7 @@ def test_export_upstream_has_only_the_feature_and_its_dependencies(coupled: Any)
 
 
 def _real() -> list[Patch]:
-    return load_series(REPO / "patches")
+    return load_series(REPO / "lines" / "3.3" / "patches")
 
 
 def test_real_series_features_are_independent_of_asset_emit() -> None:

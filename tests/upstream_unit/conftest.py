@@ -1,5 +1,5 @@
 """
-Run the upstream-style unit tests that the series adds to ``build/tree`` (``*/tests/**``).
+Run the upstream-style unit tests that the series adds to the line's tree (``build/<line>/tree``) (``*/tests/**``).
 
 The patches carry their unit tests at upstream's paths (``airflow-core/tests/unit/...``,
 ``task-sdk/tests/task_sdk/...``, ``providers/<p>/tests/unit/...``, ``shared/<lib>/tests/...``).
@@ -10,7 +10,7 @@ This directory runs them against the patched build installed in ``.venv``:
   imported;
 * ``tests_common/`` is a small subset of upstream's ``devel-common/src/tests_common`` with the same
   import paths, registered as a global plugin so its fixtures reach the tree's test files;
-* :func:`pytest_configure` adds the test files the series adds under ``build/tree`` (at the
+* :func:`pytest_configure` adds the test files the series adds under the tree (at the
   tree's HEAD) to the session, so ``dev/run_tests.py`` runs them as one more directory.
 
 See README.md in this directory for what the shim provides and what it leaves out.

@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "tests") not in sys.path:
     sys.path.insert(0, str(REPO / "tests"))
 
-from lines import TREE  # noqa: E402  (build/tree, or build/X/tree on another line; PATCHSET_TREE overrides)
+from lines import TREE  # noqa: E402  (build/<line>/tree; PATCHSET_TREE overrides)
 
 BASE_REF = "refs/patches/upstream-base"
 TEST_ROOTS = ("airflow-core/tests/", "task-sdk/tests/", "providers/", "shared/")
