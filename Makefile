@@ -1,7 +1,8 @@
 # airflow-patchset: patched Apache Airflow, built from pinned upstream wheels + a patch series.
 # Everything bootstraps from a fresh clone: the first target run fetches, checks out, builds, installs.
-# LINE selects the upstream release line: 3.3 (default: upstream.lock, patches/, build/tree, .venv)
-# or 3.4 (lines/3.4/{upstream.lock,patches}, build/3.4/tree, .venv-3.4).
+# LINE selects the upstream release line: each lives in lines/<line>/ (upstream.lock, constraints.txt,
+# line.toml, patches/) and builds into build/<line>/ and dist/<line>/; its venv is .venv for the
+# default line (3.3) and .venv-<line> for the others (.venv-3.4).
 SHELL := /bin/bash
 PY ?= python3
 LINE ?= 3.3
@@ -12,18 +13,19 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
 .PHONY: help fetch checkout export export-check check verify install wheels services test test-fast test-e2e \
-        demo image upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply clean
+        demo image upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply port port-continue twins clean
 
 help:
 	@echo "make test       bootstrap everything and run the whole test suite of one line (LINE=3.3 default)"
-	@echo "make test-all-lines   what CI runs: make test for the 3.3 line, then the 3.4 line's checks and tests"
 	@echo "make demo       start the patched Airflow locally and run the example Dags"
 	@echo "make install    fetch + checkout (if needed) + build patched wheels + refresh .venv"
 	@echo "make verify     series hygiene, trailers, strict apply, per-feature apply, review checks, generated files"
-	@echo "make check      upstream's review checks on build/tree (pstool check)"
-	@echo "make checkout   materialize build/tree (pristine base commit + series, strict git am)"
-	@echo "make export     rewrite patches/ from build/tree's commits (byte-stable)"
-	@echo "make wheels     build patched wheels into dist/"
+	@echo "make check      upstream's review checks on build/<line>/tree (pstool check)"
+	@echo "make checkout   materialize build/<line>/tree (pristine base commit + series, strict git am)"
+	@echo "make export     rewrite lines/<line>/patches/ from the tree's commits (byte-stable)"
+	@echo "make port FROM=3.3 COMMIT=<sha>   carry one commit of a line's tree to the other lines' trees (3-way), re-export"
+	@echo "make twins      each patch's twin on the other line, and what changed on one line only since the last port"
+	@echo "make wheels     build patched wheels into dist/<line>/"
 	@echo "make export-upstream FEATURE=aip-97   PR-ready series in build/upstream/FEATURE"
 	@echo "make drift VERSION=3.3.3              classify each patch against a newer release"
 	@echo "  every target takes LINE=3.4 for the 3.4 line (lines/3.4), e.g. make install LINE=3.4"
@@ -41,6 +43,17 @@ export:
 
 export-check:
 	$(PSTOOL) export --check
+
+# One fix, every line: carry COMMIT of the FROM line's tree into the other lines' trees (TO= picks one).
+port:
+	@test -n "$(FROM)" -a -n "$(COMMIT)" || (echo "usage: make port FROM=<line> COMMIT=<sha in build/<line>/tree> [TO=<line>]" >&2; exit 2)
+	$(PSTOOL) port --from $(FROM) --commit $(COMMIT) $(if $(TO),--to $(TO))
+
+port-continue:
+	$(PSTOOL) port --continue
+
+twins:
+	$(PSTOOL) twins
 
 install:
 	$(PSTOOL) install

@@ -13,9 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pstool", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("fetch", help="download the pinned upstream files and verify their sha256")
-    p = sub.add_parser("checkout", help="materialize build/tree: pristine base commit + the series")
+    p = sub.add_parser("checkout", help="materialize build/<line>/tree: pristine base commit + the series")
     p.add_argument("--tree", type=Path)
-    p = sub.add_parser("export", help="rewrite patches/ from the tree's commits")
+    p = sub.add_parser("export", help="rewrite lines/<line>/patches/ from the tree's commits")
     p.add_argument("--tree", type=Path)
     p.add_argument("--check", action="store_true", help="fail if any byte of patches/ would change")
     p = sub.add_parser("verify", help="series hygiene, trailers, strict apply, per-feature apply, generated files")
@@ -35,6 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-dir", type=Path, help="use wheels from this directory instead of the index")
     p = sub.add_parser("regenerate", help="re-run upstream's generators in the tree (task-sdk models, REST spec)")
     p.add_argument("--tree", type=Path)
+    p = sub.add_parser("port", help="carry one commit of a line's tree into the other lines' trees (3-way), re-export")
+    p.add_argument("--from", dest="source", help="the line whose tree holds the commit")
+    p.add_argument("--commit", help="a fixup! commit, or a new patch's commit, in build/<line>/tree")
+    p.add_argument("--to", action="append", help="the target line (repeatable; default: every other line)")
+    p.add_argument("--continue", dest="resume", action="store_true", help="resume a port stopped on a conflict")
+    p = sub.add_parser("twins", help="each patch's twins on the other lines; what changed on one line only")
+    p.add_argument("--accept", nargs="+", metavar="PATCH", help="record these patches' versions on every line as together")
+    p.add_argument("--only", nargs="+", metavar=("LINE", "PATCH"), help="declare patches only LINE carries (with --reason)")
+    p.add_argument("--forget", nargs="+", metavar="PATCH", help="drop the record of patches no line carries any more")
+    p.add_argument("--reason", default="", help="why a change or a patch is on one line only")
     args = parser.parse_args(argv)
 
     try:
@@ -95,6 +105,33 @@ def main(argv: list[str] | None = None) -> int:
             from pstool.generated import regenerate
 
             regenerate(args.tree)
+        elif args.command == "port":
+            from pstool.port import port, resume
+
+            if args.resume:
+                summary = resume()
+            elif args.source and args.commit:
+                summary = port(args.source, args.commit, args.to)
+            else:
+                raise PatchsetError("port needs --from LINE --commit SHA, or --continue")
+            for row in summary:
+                print(row)
+            print("ported: commit lines/*/patches and lines/twins.toml together (one commit)")
+        elif args.command == "twins":
+            from pstool import twins
+
+            if args.accept:
+                twins.accept(args.accept, args.reason)
+            elif args.only:
+                twins.declare_only(args.only[0], args.only[1:], args.reason)
+            elif args.forget:
+                twins.forget(args.forget)
+            report = twins.check()
+            for row in report.lines:
+                print(f"ok  {row}")
+            for problem in report.problems:
+                print(f"!!  {problem}", file=sys.stderr)
+            return 1 if report.problems else 0
     except PatchsetError as err:
         print(f"pstool {args.command}: error: {err}", file=sys.stderr)
         return 1

@@ -22,6 +22,8 @@
 7. UI lint: when the series touches the UI source, upstream's ``pnpm lint`` (eslint, tsc) passes
    on the patched UI (see ``pstool.ui``; cached per UI source).
 8. Upstream's review checks (``pstool.checks``): on the whole series and on each feature alone.
+9. Twins (``pstool.twins``): every patch has its twin on every other line, or says why not; no patch
+   changed on one line only since the last port, unless accepted on purpose with a reason.
 """
 
 from __future__ import annotations
@@ -187,11 +189,23 @@ def check_not_upstream(patches: list[Patch], base_tree: Path) -> None:
             raise PatchsetError(f"{patch.name} reverse-applies to pristine upstream: it is already upstream")
 
 
+def check_twins() -> None:
+    from pstool import twins
+
+    report = twins.check()
+    if report.problems:
+        raise PatchsetError("the lines have drifted apart:\n" + "\n".join(f"  {p}" for p in report.problems))
+    together = sum(1 for row in report.lines if row.startswith("twins"))
+    only = [row for row in report.lines if row.startswith("only")]
+    print(f"ok  twins: {together} patches together on every line since their last port, {len(only)} on one line on purpose")
+
+
 def verify(*, generated: bool = True) -> int:
     patches = check_hygiene()
     print(f"ok  hygiene: {len(patches)} patches, each listed once, none unlisted")
     check_trailers(patches)
     print("ok  trailers: Feature, Upstream-Status and Depends on every patch; dependencies come first")
+    check_twins()
     base = scratch_tree()
     try:
         check_not_upstream(patches, base)
