@@ -20,8 +20,7 @@ task itself).
 Both run on the same machine, one after the other, each with its own PostgreSQL database, its own
 ``redis-server`` (broker and result backend), api-server, dag-processor, scheduler (CeleryExecutor)
 and worker. The unpatched run takes about ten minutes; its venv is ``tests/harness.py``
-``unpatched_venv()``'s wheels plus the pinned celery provider, built once in
-``build/unpatched-celery-venv``.
+``unpatched_venv(providers=True)``: the line's unpatched release with every pinned provider.
 
 Usage::
 
@@ -68,40 +67,9 @@ with DAG("{DAG_ID}", schedule=None, start_date=datetime(2024, 1, 1), catchup=Fal
 
     hold()
 '''
-UNPATCHED_CELERY_WHEEL = "apache_airflow_providers_celery-3.26.0-py3-none-any.whl"
-
-
 def unpatched_celery_venv() -> Path:
-    """``unpatched_venv()``'s pinned 3.3.2 wheels plus the pinned, unpatched celery provider."""
-    venv = REPO / "build" / "unpatched-celery-venv"
-    python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import airflow.providers.celery, redis, psycopg2; print('ok')"]
-    if python.exists() and subprocess.run(probe, capture_output=True, text=True, check=False).stdout.strip() == "ok":
-        return venv
-    base = harness.unpatched_venv()  # builds the shared unpatched venv if needed; we copy its recipe
-    del base
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    wheels = harness.UPSTREAM_WHEELS
-    subprocess.run(
-        [
-            str(venv / "bin" / "pip"),
-            "install",
-            "-q",
-            str(wheels / "apache_airflow-3.3.2-py3-none-any.whl"),
-            str(wheels / "apache_airflow_core-3.3.2-py3-none-any.whl"),
-            str(wheels / "apache_airflow_task_sdk-1.3.2-py3-none-any.whl"),
-            str(wheels / "apache_airflow_providers_standard-1.21.0-py3-none-any.whl"),
-            str(wheels / UNPATCHED_CELERY_WHEEL),
-            "psycopg2-binary",
-            "asyncpg",
-            "statsd",
-            "redis",
-            "-c",
-            str(harness.CONSTRAINTS),
-        ],
-        check=True,
-    )
-    return venv
+    """The line's unpatched release with every pinned, unpatched provider (celery among them)."""
+    return harness.unpatched_venv(providers=True)
 
 
 @contextlib.contextmanager

@@ -5,8 +5,11 @@ AIRFLOW_HOME and database, so every directory runs in a fresh interpreter. Extra
 passed to every session (e.g. ``-m "not e2e"``). Exit status: 0 only if no session failed and at
 least one test ran.
 
-The release line is ``PATCHSET_LINE`` (``make test LINE=3.4``), run with that line's venv. tests/tooling
-tests pstool itself, which is the same code for every line: it runs on the default line only.
+The release line is ``PATCHSET_LINE`` (``make test LINE=3.4``), run with that line's venv. Every
+directory runs on every line; a test of pstool's own mechanics, the same code on every line, runs in
+the default line's session only (``tests/tooling``, marker ``line_independent``). A line's session
+prepares everything it needs itself (its pinned files, its unpatched venv): it never relies on what
+another line's session fetched or built (.ci/run runs each line in a clone of its own to prove it).
 """
 
 from __future__ import annotations
@@ -18,33 +21,25 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from pstool.paths import DEFAULT_LINE, LINE, known_lines
+from pstool.paths import LINE
 
 REPO = Path(__file__).resolve().parents[1]
-LINE_INDEPENDENT = {"tooling"}  # run once, on the default line
 ORDER = ["tooling", "upstream_unit", "aip97_core", "aip97_worker", "aip122", "asset_emit", "providers", "demo"]
 
 
 def directories() -> list[Path]:
     found = [p for p in sorted((REPO / "tests").iterdir()) if p.is_dir() and any(p.glob("test_*.py"))]
-    if LINE != DEFAULT_LINE:
-        found = [p for p in found if p.name not in LINE_INDEPENDENT]
     return sorted(found, key=lambda p: (ORDER.index(p.name) if p.name in ORDER else len(ORDER), p.name))
 
 
-def prepare_unpatched_venvs() -> None:
-    """Build the unpatched upstream venvs the tests compare against, before any test's timeout runs.
+def prepare_unpatched_venv() -> None:
+    """Build the line's unpatched upstream venv the tests compare against, before any test's timeout
+    runs (``pstool.unpatched``: it fetches the line's pinned wheels itself). Built once per checkout."""
+    from pstool.unpatched import unpatched_venv
 
-    Each line's suite needs its own release's (tests/harness.py ``unpatched_venv``); tests/tooling,
-    run on the default line only, needs every line's. Built once and reused (a few minutes each).
-    """
-    sys.path.insert(0, str(REPO / "tests"))
-    import harness
-
-    for line in known_lines() if LINE == DEFAULT_LINE else [LINE]:
-        t0 = time.monotonic()
-        venv = harness.unpatched_venv(line=line)
-        print(f"unpatched {line} venv: {venv} ({time.monotonic() - t0:.0f}s)", flush=True)
+    t0 = time.monotonic()
+    venv = unpatched_venv(LINE)
+    print(f"unpatched {LINE} venv: {venv} ({time.monotonic() - t0:.0f}s)", flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -52,7 +47,7 @@ def main(argv: list[str]) -> int:
     broken: list[str] = []
     started = time.monotonic()
     print(f"release line {LINE}: {sys.executable}", flush=True)
-    prepare_unpatched_venvs()
+    prepare_unpatched_venv()
     for directory in directories():
         with tempfile.NamedTemporaryFile(suffix=".xml") as report:
             t0 = time.monotonic()

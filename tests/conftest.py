@@ -28,6 +28,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "requires_feature(*names): skip unless this release line's series carries the features"
     )
+    config.addinivalue_line(
+        "markers",
+        "line_independent: tests pstool's own mechanics, the same code on every line: runs in the default line's session only",
+    )
 
 
 _NOT_COLLECTED: dict[str, str] = {}
@@ -68,6 +72,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         directory = _directory_of(item.path)
         if directory is None:
             continue  # a file outside tests/ (the in-patch unit tests of the tree)
+        if item.get_closest_marker("line_independent") and lines.LINE != lines.DEFAULT_LINE:
+            item.add_marker(pytest.mark.skip(reason=f"line-independent: runs in the {lines.DEFAULT_LINE} line's session"))
+            continue
         needed = list(DIRECTORY_FEATURES.get(directory, ()))
         for marker in item.iter_markers("requires_feature"):
             needed.extend(marker.args)

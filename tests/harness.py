@@ -302,108 +302,20 @@ __all__ = [
 ]
 
 
-UPSTREAM_WHEELS = Path(__file__).resolve().parents[1] / ".cache" / "upstream"
-CONSTRAINTS = Path(__file__).resolve().parents[1] / "dev" / "constraints.txt"
-
-#: Per release line: the unpatched upstream release, its wheels (core, task-sdk, the meta package
-#: and the standard provider), the third-party constraints its patched venv is built with, and
-#: where its unpatched venv lives by default (``$AIRFLOW_UNPATCHED_VENV`` names another, 3.3 only).
-UNPATCHED: dict[str, dict[str, Any]] = {
-    "3.3": {
-        "release": "3.3.2",
-        "wheels": (
-            "apache_airflow-3.3.2-py3-none-any.whl",
-            "apache_airflow_core-3.3.2-py3-none-any.whl",
-            "apache_airflow_task_sdk-1.3.2-py3-none-any.whl",
-            "apache_airflow_providers_standard-1.21.0-py3-none-any.whl",
-        ),
-        "constraints": CONSTRAINTS,
-        "venv": "/work/venvs/unpatched",
-    },
-    "3.4": {
-        "release": "3.4.0b2",
-        "wheels": (
-            "apache_airflow-3.4.0b2-py3-none-any.whl",
-            "apache_airflow_core-3.4.0b2-py3-none-any.whl",
-            "apache_airflow_task_sdk-1.4.0b2-py3-none-any.whl",
-            "apache_airflow_providers_standard-1.21.0-py3-none-any.whl",
-        ),
-        "constraints": Path(__file__).resolve().parents[1] / "lines" / "3.4" / "constraints.txt",
-        "venv": "/work/venvs/unpatched-3.4",
-    },
-}
-
-
 def unpatched_venv(path: str | Path | None = None, *, providers: bool = False, line: str | None = None) -> Path:
     """
-    Return a venv with the unpatched Airflow wheels of a release line (core, task-sdk, standard provider).
+    Return a venv with the unpatched upstream release of a line (``pstool.unpatched``).
 
     ``line`` is the release line (``"3.3"``: 3.3.2, ``"3.4"``: 3.4.0b2); by default the line this
-    session tests (``PATCHSET_LINE``). With ``providers=True`` (3.3 only), also the unpatched celery,
-    cncf.kubernetes and amazon providers the patched build carries, in
-    ``$AIRFLOW_UNPATCHED_FULL_VENV`` or ``/work/venvs/unpatched-full``: the same distributions as the
-    patched ``.venv``, for benchmarks that compare the two.
-
-    Uses ``$AIRFLOW_UNPATCHED_VENV`` (3.3) or the line's default path when it exists and works;
-    otherwise builds it there from the pinned wheels in ``.cache/upstream`` (a few minutes, once).
-    A file lock keeps concurrent builders from colliding.
+    session tests (``PATCHSET_LINE``). With ``providers=True``, also every unpatched provider the
+    patched build carries: the same distributions as the patched venv, for benchmarks that compare
+    the two. Built once per checkout under ``build/<line>/`` from the line's own pinned wheels,
+    which it fetches itself.
     """
-    import fcntl
+    repo = Path(__file__).resolve().parents[1]
+    if str(repo / "dev") not in sys.path:
+        sys.path.insert(0, str(repo / "dev"))
+    from pstool.paths import DEFAULT_LINE
+    from pstool.unpatched import unpatched_venv as build
 
-    line = line or os.environ.get("PATCHSET_LINE") or "3.3"
-    if line not in UNPATCHED:
-        raise ValueError(f"no unpatched venv recipe for release line {line!r} (known: {', '.join(UNPATCHED)})")
-    recipe = UNPATCHED[line]
-    if providers and line != "3.3":
-        raise ValueError("providers=True is the 3.3 benchmarks' venv; the 3.4 line has none")
-    if providers:
-        default = os.environ.get("AIRFLOW_UNPATCHED_FULL_VENV", "/work/venvs/unpatched-full")
-    elif line == "3.3":
-        default = os.environ.get("AIRFLOW_UNPATCHED_VENV", recipe["venv"])
-    else:
-        default = recipe["venv"]
-    venv = Path(path or default)
-
-    def works() -> bool:
-        if not (venv / "bin" / "airflow").exists():
-            return False
-        probe = subprocess.run(
-            [
-                str(venv / "bin" / "python"),
-                "-c",
-                "import airflow, psycopg2, asyncpg, statsd; print(airflow.__version__)"
-                + ("; import airflow.providers.celery, airflow.providers.amazon" if providers else ""),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        return probe.returncode == 0 and probe.stdout.strip() == recipe["release"]
-
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{venv}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if works():
-            return venv
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        wheels = [str(UPSTREAM_WHEELS / name) for name in recipe["wheels"]]
-        if providers:
-            wheels += [str(path) for path in sorted(UPSTREAM_WHEELS.glob("apache_airflow_providers_*.whl"))]
-            wheels = sorted(set(wheels))
-        subprocess.run(
-            [
-                str(venv / "bin" / "pip"),
-                "install",
-                "-q",
-                *wheels,
-                "psycopg2-binary",
-                "asyncpg",
-                "statsd",  # the [statsd] extra: without it "StatsD on" silently sends nothing
-                "-c",
-                str(recipe["constraints"]),
-            ],
-            check=True,
-        )
-        if not works():
-            raise RuntimeError(f"could not build a working unpatched venv at {venv}")
-    return venv
+    return build(line or os.environ.get("PATCHSET_LINE") or DEFAULT_LINE, providers=providers, path=Path(path) if path else None)

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.line_independent  # pstool itself, on the default line's pristine base
+
 REPO = Path(__file__).resolve().parents[2]
 HELPER = REPO / "dev" / "breeze" / "apply_series.py"
 STATE = "shared/state/src/airflow_shared/state/__init__.py"

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.line_independent  # pstool itself, on the default line's pristine base
+
 CORE = "airflow-core/src/airflow"
 LICENCE = """\
 # Licensed to the Apache Software Foundation (ASF) under one

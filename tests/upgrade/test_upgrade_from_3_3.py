@@ -35,7 +35,8 @@ import harness  # noqa: E402
 import lines  # noqa: E402
 
 VENV33 = Path(sys.executable).parent.parent
-#: The 3.4 line's venv (``make install LINE=3.4``); ``UPGRADE_VENV_34`` names another build of it.
+#: The 3.4 line's venv (``make install LINE=3.4``, which the module fixture runs when it is missing or
+#: stale); ``UPGRADE_VENV_34`` names another build of it.
 VENV34 = Path(os.environ.get("UPGRADE_VENV_34", REPO / ".venv-3.4"))
 SCRIPT = REPO / "dev" / "upgrade_from_3_3.py"
 DAGS = ("upgrade_infra", "upgrade_app", "upgrade_emit")
@@ -46,11 +47,24 @@ pytestmark = [
         lines.LINE != lines.DEFAULT_LINE,
         reason="builds the patched 3.3.2 database with the 3.3 line's venv: runs in the 3.3 line's session",
     ),
-    pytest.mark.skipif(
-        not harness.venv_python_ok(VENV34),
-        reason=f"needs the 3.4 line's venv {VENV34} (make install LINE=3.4)",
-    ),
+    pytest.mark.usefixtures("venv34"),
 ]
+
+
+@pytest.fixture(scope="module")
+def venv34() -> Path:
+    """The 3.4 line's patched venv: this session installs it itself (``pstool install`` of the 3.4 line,
+    which fetches, checks out and builds what it needs, and is quick when it is up to date), so the
+    3.3 line's ``make test`` never relies on another command having installed the 3.4 line first."""
+    if "UPGRADE_VENV_34" not in os.environ:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PATCHSET_", "VIRTUAL_ENV"))}
+        env.update(PATCHSET_LINE="3.4", PYTHONPATH=str(REPO / "dev"))
+        proc = subprocess.run(
+            [sys.executable, "-m", "pstool", "install"], env=env, cwd=REPO, capture_output=True, text=True, timeout=1500
+        )
+        assert proc.returncode == 0, f"installing the 3.4 line failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert harness.venv_python_ok(VENV34), f"no 3.4 venv at {VENV34}"
+    return VENV34
 
 
 def _http_ok(url: str) -> bool:

@@ -19,28 +19,17 @@ from tree_tests import TREE, tree_test_files
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-CACHE = REPO / ".cache" / "upstream"
-
-
-def _line():
-    """The line's pinned wheels (unpatched), its release, its venv place and its constraints."""
-    from pstool.lock import load_lock
-    from pstool.paths import BUILD_DIR
-    from pstool.venv import CONSTRAINTS
-
-    lock = load_lock()
-    return [CACHE / w.file for w in lock.wheels], lock.release, BUILD_DIR / "unpatched-venv", CONSTRAINTS
 
 
 def unpatched_python() -> Path:
-    """``build[/<line>]/unpatched-venv``: the line's pinned upstream wheels, unpatched, plus pytest (built once)."""
-    wheels, _, venv, constraints = _line()
-    python = venv / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    """The line's unpatched release with every pinned provider (``pstool.unpatched``, built once per
+    checkout from the line's own pinned wheels), plus pytest."""
+    from pstool.paths import LINE
+    from pstool.unpatched import unpatched_venv
+
+    python = unpatched_venv(LINE, providers=True) / "bin" / "python"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         "-c", str(constraints), *map(str, wheels), "pytest", "pytest-timeout"],
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "pytest", "pytest-timeout"],
         check=True,
     )
     return python
@@ -74,7 +63,9 @@ def test_no_tree_test_passes_on_unpatched_upstream(tmp_path: Path) -> None:
         [str(python), "-c", "import importlib.metadata as m; print(m.version('apache-airflow-core'))"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()
-    assert version == _line()[1]
+    from pstool.lock import load_lock
+
+    assert version == load_lock().release
     report = tmp_path / "report.xml"
     proc = subprocess.run(
         [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
