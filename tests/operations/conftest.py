@@ -11,11 +11,14 @@ StatsD lines to a receiver.
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import shutil
+import subprocess
 import sys
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-import harness  # noqa: E402
+import harness  # noqa: E402  (after the sys.path insert above)
 import lines  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -33,6 +36,9 @@ REPO = HERE.parents[1]
 PATCHED_VENV = Path(sys.prefix)
 STATE_DAGS_FILE = HERE / "dags" / "ops_state.py"
 VANILLA_DAGS_FILE = HERE / "dags_vanilla" / "ops_after_rollback.py"
+MIXED_DAGS_FILE = HERE / "dags_mixed" / "ops_mixed.py"
+#: This line's Redis database for the Celery stacks of tests/operations (tests/providers uses 12-15).
+REDIS_DB = {"3.3": 10, "3.4": 11}[lines.LINE]
 STATE_DAGS = ("ops_infra", "ops_cap", "ops_app", "ops_timeout", "ops_emit")
 
 #: The migration head of the unpatched release of each line: where the rollback downgrades to.
@@ -118,6 +124,12 @@ def airflow_stack(
             raise
 
 
+def companion(env: harness.AirflowEnv, venv: Path) -> harness.AirflowEnv:
+    """An environment of another build (``venv``) in the same home, with the same settings as ``env``."""
+    settings = {k: v for k, v in env.env.items() if k.startswith("AIRFLOW__")}
+    return harness.AirflowEnv(venv, env.home, db_url=env.db_url, extra_env=settings)
+
+
 def run_dags(env: harness.AirflowEnv, url: str, dag_ids: tuple[str, ...], *, timeout: float = 300) -> None:
     """Trigger each Dag once it is parsed, then wait until every run of them has finished."""
     for dag_id in dag_ids:
@@ -140,8 +152,18 @@ def run_dags(env: harness.AirflowEnv, url: str, dag_ids: tuple[str, ...], *, tim
         raise
 
 
-def build_patched_state(url: str, home: Path, *, statsd_port: int | None = None) -> None:
-    """Run ``dags/ops_state.py`` on the patched build over ``url`` until every run has finished."""
+def build_patched_state(
+    url: str,
+    home: Path,
+    *,
+    statsd_port: int | None = None,
+    while_up: Callable[[harness.AirflowEnv], Any] | None = None,
+) -> Any:
+    """
+    Run ``dags/ops_state.py`` on the patched build over ``url`` until every run has finished.
+
+    ``while_up(env)`` is then called while the stack still runs; its result is returned.
+    """
     settings = {"AIRFLOW__CORE__MAX_INFRA_RETRIES": "1", "AIRFLOW__CORE__INFRA_RETRY_DELAY": "1"}
     if statsd_port is not None:
         settings.update(
@@ -159,6 +181,7 @@ def build_patched_state(url: str, home: Path, *, statsd_port: int | None = None)
         harness.wait_for(
             lambda: "cap_reached" in env.log_text("scheduler"), timeout=30, what="the cap_reached decision logged"
         )
+        return while_up(env) if while_up else None
 
 
 @pytest.fixture(scope="session")
@@ -180,6 +203,36 @@ def patched_state_sqlite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     base = tmp_path_factory.mktemp("patched-state")
     url = f"sqlite:///{base / 'airflow.db'}"
     with StatsdReceiver() as receiver:
-        build_patched_state(url, base / "home", statsd_port=receiver.port)
+        rest_tries = build_patched_state(url, base / "home", statsd_port=receiver.port, while_up=_rest_tries)
         statsd_lines = list(receiver.lines)
-    return {"db": base / "airflow.db", "statsd_lines": statsd_lines}
+    return {"db": base / "airflow.db", "statsd_lines": statsd_lines, "rest_tries": rest_tries}
+
+
+def docs_block(marker: str) -> str:
+    """The fenced code block that follows ``<!-- tested: marker -->`` in docs/operations.md."""
+    text = (REPO / "docs" / "operations.md").read_text()
+    found = re.search(rf"<!-- tested: {re.escape(marker)} -->\n```\w*\n(.*?)\n```", text, re.DOTALL)
+    assert found, f"no block marked {marker!r} in docs/operations.md"
+    return found.group(1)
+
+
+def _rest_tries(env: harness.AirflowEnv) -> str:
+    """Run the guide's REST example (docs/operations.md, "Reading the cause") for ops_cap.lose_always."""
+    run_id = rows(env.db_url, "SELECT run_id FROM dag_run WHERE dag_id = 'ops_cap'")[0]["run_id"]
+    shell_env = {
+        **os.environ,
+        "AIRFLOW_URL": f"http://127.0.0.1:{env.env['AIRFLOW__API__PORT']}",
+        "DAG_ID": "ops_cap",
+        "RUN_ID": run_id,
+        "TASK_ID": "lose_always",
+    }
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", docs_block("rest-tries")],
+        env=shell_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout

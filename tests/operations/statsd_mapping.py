@@ -48,8 +48,9 @@ class Mapper:
                 continue
             if mapping.get("action") == "drop":
                 return None
+            parts = found.groups()
             for key, template in (mapping.get("labels") or {}).items():
-                labels[key] = re.sub(r"\$(\d+)", lambda m: found.group(int(m.group(1))), template)
+                labels[key] = re.sub(r"\$(\d+)", lambda m, parts=parts: parts[int(m.group(1)) - 1], template)
             return mapping["name"], labels, float(value)
         return None
 

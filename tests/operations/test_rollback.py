@@ -76,7 +76,8 @@ def _kept(url: str) -> dict[str, Any]:
     }
     if HISTORY:
         snapshot["task_instance_history"] = rows(
-            url, "SELECT task_instance_id AS id, dag_id, task_id, run_id, try_number, state FROM task_instance_history ORDER BY task_instance_id"
+            url,
+            "SELECT task_instance_id AS id, dag_id, task_id, run_id, try_number, state FROM task_instance_history ORDER BY task_instance_id",
         )
     for table in snapshot.values():
         for row in table:
