@@ -45,6 +45,11 @@ def prepare_unpatched_venvs() -> None:
         t0 = time.monotonic()
         venv = harness.unpatched_venv(line=line)
         print(f"unpatched {line} venv: {venv} ({time.monotonic() - t0:.0f}s)", flush=True)
+    if LINE == DEFAULT_LINE:
+        # tests/operations runs a Celery worker of unpatched 3.3.2 (with the unpatched celery provider).
+        t0 = time.monotonic()
+        venv = harness.unpatched_venv(providers=True, line=DEFAULT_LINE)
+        print(f"unpatched {DEFAULT_LINE} venv with providers: {venv} ({time.monotonic() - t0:.0f}s)", flush=True)
 
 
 def main(argv: list[str]) -> int:
