@@ -120,8 +120,13 @@ def test_rollback_to_vanilla(backend: str, tmp_path: Path, vanilla_venv: Path, r
         assert _schema(url) == schema_before
         assert _kept(url) == before
 
-        # 2. The documented command, with the patched build.
+        # 2. The documented command, with the patched build. (On 3.4, --to-version 3.4.0 is no way
+        # back: the series maps "3.4.0" to its own head, so it changes nothing.)
         patched = harness.AirflowEnv(PATCHED_VENV, tmp_path / "home-patched-cli", db_url=url)
+        if lines.LINE == "3.4":
+            patched.airflow("db", "downgrade", "--to-version", "3.4.0", "-y", timeout=300)
+            assert _revision(url) == PATCHED_HEAD[lines.LINE]
+            assert _schema(url) == schema_before
         patched.airflow(*ROLLBACK_COMMAND[lines.LINE], "-y", timeout=600)
         assert _revision(url) == VANILLA_HEAD[lines.LINE]
         schema = _schema(url)
