@@ -17,6 +17,9 @@ need pg_ctlcluster postgresql
 need redis-server redis-server
 # The UI browser test (tests/ui) drives Debian's headless Chromium; no browser is downloaded.
 need chromium chromium
+# The monitoring assets (monitoring/, tests/operations) are checked with Prometheus's own promtool and
+# a real Prometheus server (Debian's prometheus package ships both; its service is not started here).
+need promtool prometheus
 
 pg_version=$(ls /usr/lib/postgresql | sort -n | tail -1)
 if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -q "^$pg_version main$"; then

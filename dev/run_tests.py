@@ -37,9 +37,10 @@ def prepare_unpatched_venv() -> None:
     runs (``pstool.unpatched``: it fetches the line's pinned wheels itself). Built once per checkout."""
     from pstool.unpatched import unpatched_venv
 
-    t0 = time.monotonic()
-    venv = unpatched_venv(LINE)
-    print(f"unpatched {LINE} venv: {venv} ({time.monotonic() - t0:.0f}s)", flush=True)
+    for providers in (False, True):  # tests/operations and tests/upstream_unit use the one with providers
+        t0 = time.monotonic()
+        venv = unpatched_venv(LINE, providers=providers)
+        print(f"unpatched {LINE} venv{' with providers' if providers else ''}: {venv} ({time.monotonic() - t0:.0f}s)", flush=True)
 
 
 def main(argv: list[str]) -> int:
