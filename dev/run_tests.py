@@ -22,7 +22,7 @@ from pstool.paths import DEFAULT_LINE, LINE, known_lines
 
 REPO = Path(__file__).resolve().parents[1]
 LINE_INDEPENDENT = {"tooling"}  # run once, on the default line
-ORDER = ["tooling", "upstream_unit", "aip97_core", "aip97_worker", "aip122", "asset_emit", "providers", "demo"]
+ORDER = ["tooling", "upstream_unit", "aip97_core", "aip97_worker", "aip122", "asset_emit", "providers", "demo", "image"]
 
 
 def directories() -> list[Path]:
@@ -47,6 +47,29 @@ def prepare_unpatched_venvs() -> None:
         print(f"unpatched {line} venv: {venv} ({time.monotonic() - t0:.0f}s)", flush=True)
 
 
+def prepare_images(argv: list[str]) -> None:
+    """Build (or find cached) this line's stand-in base and patched image before tests/image runs.
+
+    What ``make base-image`` and ``make image BASE=localhost/airflow-standin:<release>`` build, from
+    the wheels ``make install`` built, outside any test's timeout (a cold build takes minutes). Not
+    when the session's markers leave the container tests out. A failure is printed; the tests'
+    fixtures then fail with it.
+    """
+    if any("not e2e" in arg or "not image" in arg for arg in argv):
+        return
+    from pstool import PatchsetError
+    from pstool.image import base_image, image
+
+    t0 = time.monotonic()
+    try:
+        standin = base_image(quiet=True)
+        tag = image(base=standin, build_wheels=False, quiet=True)
+    except PatchsetError as err:
+        print(f"images: {err}", flush=True)
+        return
+    print(f"images: {standin}, {tag} ({time.monotonic() - t0:.0f}s)", flush=True)
+
+
 def main(argv: list[str]) -> int:
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     broken: list[str] = []
@@ -54,6 +77,8 @@ def main(argv: list[str]) -> int:
     print(f"release line {LINE}: {sys.executable}", flush=True)
     prepare_unpatched_venvs()
     for directory in directories():
+        if directory.name == "image":
+            prepare_images(argv)
         with tempfile.NamedTemporaryFile(suffix=".xml") as report:
             t0 = time.monotonic()
             print(f"\n===== tests/{directory.name} =====", flush=True)

@@ -146,10 +146,16 @@ def detect_engine() -> Engine:
             continue
         if name == "docker":
             proc = subprocess.run(
-                ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=30
+                ["docker", "info", "--format", "{{.ServerVersion}}"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
             )
         else:
-            proc = subprocess.run(["podman", "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True)
+            proc = subprocess.run(
+                ["podman", "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True, check=False
+            )
         if proc.returncode == 0 and proc.stdout.strip():
             return Engine(name, proc.stdout.strip().splitlines()[-1])
     raise PatchsetError(
@@ -289,7 +295,7 @@ def os_image(engine: Engine, *, refresh: bool = False) -> str:
     with tempfile.TemporaryDirectory(dir=IMAGE_BUILD_DIR, prefix="rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         proc = subprocess.run(
-            ["debootstrap", "--variant=minbase", SUITE, str(rootfs), mirror], capture_output=True, text=True
+            ["debootstrap", "--variant=minbase", SUITE, str(rootfs), mirror], capture_output=True, text=True, check=False
         )
         if proc.returncode != 0:
             raise PatchsetError(f"debootstrap failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -305,6 +311,7 @@ def os_image(engine: Engine, *, refresh: bool = False) -> str:
             stdin=tar.stdout,
             capture_output=True,
             text=True,
+            check=False,
         )
         tar.stdout.close()
         tar.wait()
@@ -352,7 +359,15 @@ def standin_inputs(lock: Lock) -> dict[str, object]:
     }
 
 
-def base_image(*, refresh: bool = False, engine: Engine | None = None) -> str:
+def _build(engine: Engine, args: list[str], *, quiet: bool, what: str) -> None:
+    """``build ARGS``: its output streams through, or with ``quiet`` is shown only if it fails."""
+    proc = engine.run("build", *args, capture=quiet, check=False)
+    if proc.returncode != 0:
+        tail = f":\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}" if quiet else "; its output is above"
+        raise PatchsetError(f"building {what} failed (exit {proc.returncode}){tail}")
+
+
+def base_image(*, refresh: bool = False, engine: Engine | None = None, quiet: bool = False) -> str:
     """Build ``localhost/airflow-standin:<release>`` unless an image of the same inputs exists."""
     lock = load_lock()
     tag = standin_tag(lock.release)
@@ -376,28 +391,31 @@ def base_image(*, refresh: bool = False, engine: Engine | None = None) -> str:
         (context / "constraints.txt").write_text(standin_constraints())
         print(f"base-image: building {tag} with {engine.describe()} ...", flush=True)
         started = time.monotonic()
-        engine.run(
-            "build",
-            "--network=host",
-            "--file",
-            str(context / "Containerfile"),
-            *build_secrets(),
-            "--build-arg",
-            f"OS_IMAGE={os_tag}",
-            "--build-arg",
-            f"STANDIN_INPUTS={_key(inputs['wheels'], inputs['constraints'])}",
-            "--build-arg",
-            f"AIRFLOW_VERSION={lock.release}",
-            "--label",
-            f"{KEY_LABEL}={key}",
-            "--label",
-            f"{LABEL_PREFIX}standin-of={official_base(lock.release) or 'apache/airflow ' + lock.release}",
-            "--label",
-            f"{LABEL_PREFIX}release={lock.release}",
-            "--tag",
-            tag,
-            str(context),
-            capture=False,
+        _build(
+            engine,
+            [
+                "--network=host",
+                "--file",
+                str(context / "Containerfile"),
+                *build_secrets(),
+                "--build-arg",
+                f"OS_IMAGE={os_tag}",
+                "--build-arg",
+                f"STANDIN_INPUTS={_key(inputs['wheels'], inputs['constraints'])}",
+                "--build-arg",
+                f"AIRFLOW_VERSION={lock.release}",
+                "--label",
+                f"{KEY_LABEL}={key}",
+                "--label",
+                f"{LABEL_PREFIX}standin-of={official_base(lock.release) or 'apache/airflow ' + lock.release}",
+                "--label",
+                f"{LABEL_PREFIX}release={lock.release}",
+                "--tag",
+                tag,
+                str(context),
+            ],
+            quiet=quiet,
+            what=tag,
         )
         shutil.rmtree(context, ignore_errors=True)
         print(f"base-image: built {tag} ({time.monotonic() - started:.0f}s)")
@@ -475,6 +493,7 @@ def image(
     engine: Engine | None = None,
     tag: str | None = None,
     build_wheels: bool = True,
+    quiet: bool = False,
 ) -> str:
     """Build the patched image on ``base``; return its tag.
 
@@ -504,33 +523,33 @@ def image(
         base_ref = resolve_base(engine, base, lock.release)
         print(f"image: building {tag} on {base_ref} from {wheels_rel}/ with {engine.describe()}", flush=True)
         started = time.monotonic()
-        proc = engine.run(
-            "build",
-            "--network=host",
-            "--file",
-            str(DOCKERFILE),
-            *build_secrets(),
-            "--build-arg",
-            f"BASE={base_ref}",
-            "--build-arg",
-            f"WHEELS={wheels_rel}",
-            "--build-arg",
-            f"PATCHSET_PROVIDER_CHANGES={','.join(sorted(allowed))}",
-            "--label",
-            f"{LABEL_PREFIX}release={lock.release}",
-            "--label",
-            f"{LABEL_PREFIX}local-version={label}",
-            "--label",
-            f"{LABEL_PREFIX}line={LINE}",
-            "--label",
-            f"{LABEL_PREFIX}wheels={','.join(p.name for p in wheels)}",
-            "--tag",
-            tag,
-            str(ROOT),
-            capture=False,
-            check=False,
+        _build(
+            engine,
+            [
+                "--network=host",
+                "--file",
+                str(DOCKERFILE),
+                *build_secrets(),
+                "--build-arg",
+                f"BASE={base_ref}",
+                "--build-arg",
+                f"WHEELS={wheels_rel}",
+                "--build-arg",
+                f"PATCHSET_PROVIDER_CHANGES={','.join(sorted(allowed))}",
+                "--label",
+                f"{LABEL_PREFIX}release={lock.release}",
+                "--label",
+                f"{LABEL_PREFIX}local-version={label}",
+                "--label",
+                f"{LABEL_PREFIX}line={LINE}",
+                "--label",
+                f"{LABEL_PREFIX}wheels={','.join(p.name for p in wheels)}",
+                "--tag",
+                tag,
+                str(ROOT),
+            ],
+            quiet=quiet,
+            what=f"{tag} on {base_ref}",
         )
-        if proc.returncode != 0:
-            raise PatchsetError(f"building {tag} on {base_ref} failed (exit {proc.returncode}); its output is above")
     print(f"image: built {tag} on {base_ref} with {engine.name} ({time.monotonic() - started:.0f}s)")
     return tag

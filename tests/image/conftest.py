@@ -45,7 +45,7 @@ def standin(engine) -> str:
 
     started = time.monotonic()
     try:
-        tag = base_image(engine=engine)
+        tag = base_image(engine=engine, quiet=True)
     except PatchsetError as err:
         pytest.fail(str(err))
     print(f"stand-in {tag}: {time.monotonic() - started:.0f}s")
@@ -59,7 +59,7 @@ def patched(engine, standin) -> str:
 
     started = time.monotonic()
     try:
-        tag = image(base=standin, engine=engine, build_wheels=False)
+        tag = image(base=standin, engine=engine, build_wheels=False, quiet=True)
     except PatchsetError as err:
         pytest.fail(str(err))
     print(f"patched {tag}: {time.monotonic() - started:.0f}s")

@@ -39,9 +39,10 @@ HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-import lines  # noqa: E402
 from deployment import Deployment  # noqa: E402
 from harness import free_port, pg_available, pg_database, wait_for  # noqa: E402
+
+import lines  # noqa: E402
 
 pytestmark = [
     pytest.mark.e2e,
