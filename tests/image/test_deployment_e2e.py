@@ -23,6 +23,8 @@ try within the test but never before the executor had its chance.
 * worker-2 is killed while its try runs (on its own queue) and never restarted: the try stays
   ``running`` until the heartbeat timeout, which ends it as ``unknown``. It is killed when the module
   starts, so its heartbeat timeout runs out while the other scenarios run.
+
+On a line other than the default one only the restart scenario runs (see ``default_line_only``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,16 @@ W1_DAG, W2_DAG = "aip97_celery_worker_restart", "aip97_celery_worker_restart_w2"
 EXAMPLES = ["aip97_failure_causes", "aip122_infra_retry", "asset_emit_ingestion"]
 BATCHES = [f"batch-{n:04d}" for n in range(1, 6)]
 TERMINAL = {"success", "failed"}
+
+#: On the other lines the deployment runs the lost-worker restart only: the example Dags and the
+#: heartbeat path run on every line in tests/demo and tests/providers (processes, no containers), and
+#: what containers add (the image, its entrypoint, host names, a restarted container's pid) is the
+#: same on every line. CI's time is shared by both lines.
+default_line_only = pytest.mark.skipif(
+    lines.LINE != lines.DEFAULT_LINE,
+    reason="on the default line only: the example Dags and the heartbeat path run on every line in tests/demo "
+    "and tests/providers; here, the container restart",
+)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +115,6 @@ def deployment(engine, patched, redis_db, tmp_path_factory):
                 for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
                     dep.start(component)
                 dep.start_worker("worker-1", concurrency=4)
-                dep.start_worker("worker-2", queues="w2", concurrency=1)
                 dep.wait_api()
                 dep.wait_parsed([*EXAMPLES, "asset_emit_batch_consumer", W1_DAG, W2_DAG])
             except Exception:
@@ -125,6 +136,7 @@ def wait_running(dep: Deployment, run_id: str, try_number: int = 1, timeout: flo
 @pytest.fixture(scope="module")
 def worker_2_lost(deployment):
     """worker-2's container killed under a running try, before the other scenarios; never restarted."""
+    deployment.start_worker("worker-2", queues="w2", concurrency=1)
     run_id = deployment.trigger(W2_DAG)
     try:
         wait_running(deployment, run_id)
@@ -152,6 +164,7 @@ def summary(tries: list[dict]) -> list[tuple]:
     return [(t["try_number"], t["state"], t["failure_cause"]) for t in tries]
 
 
+@default_line_only
 @pytest.mark.timeout(900)
 def test_example_dags_of_every_feature(deployment, worker_2_lost):
     dep = deployment
@@ -204,9 +217,7 @@ def test_example_dags_of_every_feature(deployment, worker_2_lost):
 
 
 @pytest.mark.timeout(600)
-def test_a_worker_container_killed_and_restarted_fails_its_try_as_infra_and_it_succeeds_on_try_2(
-    deployment, redis_db, worker_2_lost
-):
+def test_a_worker_container_killed_and_restarted_fails_its_try_as_infra_and_it_succeeds_on_try_2(deployment, redis_db):
     dep = deployment
     run_id = dep.trigger(W1_DAG)
     wait_running(dep, run_id)
@@ -266,6 +277,7 @@ def test_a_worker_container_killed_and_restarted_fails_its_try_as_infra_and_it_s
     )
 
 
+@default_line_only
 @pytest.mark.timeout(600)
 def test_a_worker_container_killed_and_not_restarted_stays_on_the_heartbeat_timeout(deployment, worker_2_lost):
     dep, run_id = deployment, worker_2_lost["run_id"]
