@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -33,10 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from pstool import PatchsetError
 from pstool.lock import Lock, fetch, load_lock, sha256_of
@@ -427,13 +428,17 @@ def base_image(*, refresh: bool = False, engine: Engine | None = None, quiet: bo
 # --------------------------------------------------------------------------------------------
 
 
+def installer() -> ModuleType:
+    """``docker/patchset.py``, the install step that runs inside the image build, as a module."""
+    spec = importlib.util.spec_from_file_location("airflow_patchset_installer", DOCKER_DIR / "patchset.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _wheel_metadata(path: Path) -> tuple[str, str]:
-    """(name, version) from a wheel's METADATA."""
-    with zipfile.ZipFile(path) as zf:
-        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-        text = zf.read(meta).decode()
-    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line and not line.startswith(" "))
-    return fields["Name"], fields["Version"]
+    """(name, version) from a wheel's METADATA: the installer's own reading."""
+    return installer().wheel_metadata(path)
 
 
 def patched_wheels(lock: Lock, label: str) -> list[Path]:

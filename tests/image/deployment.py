@@ -71,6 +71,9 @@ class Deployment:
             "AIRFLOW__API__PORT": str(self.api_port),
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__API_AUTH__JWT_SECRET": f"{self.name}-{uuid.uuid4().hex}",
+            # A worker's Execution API calls wait up to 30 s (upstream's 5 s), as tests/harness.py's: on a
+            # loaded 2-core machine a slow api-server answer is load, not what a test or benchmark is about.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
             # The official entrypoint's `airflow db check` before each component: the database is
             # up before anything starts here; a worker's own start keeps it (see start_worker).
             "CONNECTION_CHECK_MAX_COUNT": "0",
@@ -157,7 +160,8 @@ class Deployment:
 
     def remove(self) -> None:
         if self.containers:
-            self.engine.run("rm", "--force", "--time", "0", *self.containers, check=False, timeout=120)
+            wait = ["--time", "0"] if self.engine.name == "podman" else []
+            self.engine.run("rm", "--force", *wait, *self.containers, check=False, timeout=120)
             self.containers.clear()
 
     def __enter__(self) -> Self:

@@ -103,7 +103,6 @@ def deployment(engine, patched, redis_db, tmp_path_factory):
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
             "AIP97CEL_OUT": "/out",
             "AIP97CEL_QUEUES": "default,w2",
         }

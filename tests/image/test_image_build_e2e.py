@@ -245,8 +245,8 @@ def test_extending_the_image_as_documented_keeps_the_patches(engine, patched, tm
 
 
 @default_line_only
-def test_the_build_context_is_docker_and_the_wheels(engine, tmp_path):
-    """What the builder sees of the repository root, through .dockerignore."""
+def test_the_build_context_is_docker_and_the_wheels(engine, standin, tmp_path):
+    """What the builder sees of the repository root, through .dockerignore (on the stand-in's OS image)."""
     probe = f"localhost/airflow-patchset-test:context-{uuid.uuid4().hex[:6]}"
     (tmp_path / "Containerfile").write_text(f"FROM {OS_REPOSITORY}:{SUITE}\nCOPY . /ctx\n")
     try:

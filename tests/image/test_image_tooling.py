@@ -7,7 +7,6 @@ installed versions; ``pstool.image`` picks the base and refuses the wrong wheels
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -24,10 +23,7 @@ from pstool import image as pstool_image  # noqa: E402
 
 
 def load_patchset():
-    spec = importlib.util.spec_from_file_location("patchset_installer", REPO / "docker" / "patchset.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return pstool_image.installer()
 
 
 def fake_wheel(directory: Path, name: str, version: str) -> Path:
