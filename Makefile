@@ -11,9 +11,17 @@ PSTOOL := PYTHONPATH=$(CURDIR)/dev $(PY) -m pstool
 VENV := $(if $(filter 3.3,$(LINE)),$(CURDIR)/.venv,$(CURDIR)/.venv-$(LINE))
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
+# make image: the base image (default: the official apache/airflow:<release>-python3.12 of the line) and
+# the provider version changes to allow against it (upgrade, downgrade); docs/image.md.
+BASE ?=
+PROVIDER_CHANGES ?=
 
 .PHONY: help fetch checkout export export-check check verify install wheels services test test-fast test-e2e \
+<<<<<<< HEAD
         demo image upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply port port-continue twins clean
+=======
+        demo image base-image containers upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply clean
+>>>>>>> image
 
 help:
 	@echo "make test       bootstrap everything and run the whole test suite of one line (LINE=3.3 default)"
@@ -29,7 +37,8 @@ help:
 	@echo "make export-upstream FEATURE=aip-97   PR-ready series in build/upstream/FEATURE"
 	@echo "make drift VERSION=3.3.3              classify each patch against a newer release"
 	@echo "  every target takes LINE=3.4 for the 3.4 line (lines/3.4), e.g. make install LINE=3.4"
-	@echo "make image      docker build of docker/Dockerfile (needs a Docker engine)"
+	@echo "make base-image build the stand-in for the official image: localhost/airflow-standin:<release> (podman, debootstrap)"
+	@echo "make image      build the patched image airflow-patchset:<release>-ps.N (Docker or Podman; BASE=, PROVIDER_CHANGES=)"
 	@echo "make upgrade-db-from-3.3   upgrade the configured patched-3.3.2 database to 3.4 with .venv-3.4 (README)"
 
 fetch:
@@ -73,11 +82,15 @@ verify: install
 services:
 	bash .ci/services.sh
 
+# Debian's podman, runc and debootstrap, unless a Docker engine answers (.ci/containers.sh).
+containers:
+	bash .ci/containers.sh
+
 RUN_TESTS := $(VENV)/bin/python dev/run_tests.py
 
 # VERIFIED_STAMP=<file>: touched once verify has passed, before the suite starts (.ci/run starts the
 # next line's verify then, so that its CPU-bound checks overlap this line's suite, not its verify).
-test: services install
+test: services containers install
 	$(PSTOOL) verify
 	@if [ -n "$(VERIFIED_STAMP)" ]; then touch "$(VERIFIED_STAMP)"; fi
 	$(RUN_TESTS) $(PYTEST_ARGS)
@@ -85,7 +98,7 @@ test: services install
 test-fast: services install
 	$(RUN_TESTS) -m "not e2e" $(PYTEST_ARGS)
 
-test-e2e: services install
+test-e2e: services containers install
 	$(RUN_TESTS) -m e2e $(PYTEST_ARGS)
 
 # prepare, airflow db migrate, restore (dev/upgrade_from_3_3.py) on the database Airflow's configuration names.
@@ -95,13 +108,12 @@ upgrade-db-from-3.3:
 demo: install
 	$(VENV)/bin/python dev/demo.py $(DEMO_ARGS)
 
-image: wheels
-	@if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then \
-	  echo "make image: no Docker engine is reachable here (docker info failed)." >&2; \
-	  echo "Build on a machine with Docker: make wheels && docker build -f docker/Dockerfile ." >&2; \
-	  exit 1; \
-	fi
-	docker build -f docker/Dockerfile -t airflow-patchset:$(LINE) .
+base-image: containers fetch
+	$(PSTOOL) base-image
+
+# pstool image builds the patched wheels first (checking out the tree if need be), as make install does.
+image: containers
+	$(PSTOOL) image $(if $(BASE),--base $(BASE)) $(if $(PROVIDER_CHANGES),--provider-changes $(PROVIDER_CHANGES))
 
 export-upstream:
 	@test -n "$(FEATURE)" || (echo "usage: make export-upstream FEATURE=<feature>" >&2; exit 2)

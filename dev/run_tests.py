@@ -24,7 +24,7 @@ from pathlib import Path
 from pstool.paths import LINE
 
 REPO = Path(__file__).resolve().parents[1]
-ORDER = ["tooling", "upstream_unit", "aip97_core", "aip97_worker", "aip122", "asset_emit", "providers", "demo"]
+ORDER = ["tooling", "upstream_unit", "aip97_core", "aip97_worker", "aip122", "asset_emit", "providers", "demo", "image"]
 
 
 def directories() -> list[Path]:
@@ -43,6 +43,29 @@ def prepare_unpatched_venv() -> None:
         print(f"unpatched {LINE} venv{' with providers' if providers else ''}: {venv} ({time.monotonic() - t0:.0f}s)", flush=True)
 
 
+def prepare_images(argv: list[str]) -> None:
+    """Build (or find cached) this line's stand-in base and patched image before tests/image runs.
+
+    What ``make base-image`` and ``make image BASE=localhost/airflow-standin:<release>`` build, from
+    the wheels ``make install`` built, outside any test's timeout (a cold build takes minutes). Not
+    when the session's markers leave the container tests out. A failure is printed; the tests'
+    fixtures then fail with it.
+    """
+    if any("not e2e" in arg or "not image" in arg for arg in argv):
+        return
+    from pstool import PatchsetError
+    from pstool.image import base_image, image
+
+    t0 = time.monotonic()
+    try:
+        standin = base_image(quiet=True)
+        tag = image(base=standin, build_wheels=False, quiet=True)
+    except PatchsetError as err:
+        print(f"images: {err}", flush=True)
+        return
+    print(f"images: {standin}, {tag} ({time.monotonic() - t0:.0f}s)", flush=True)
+
+
 def main(argv: list[str]) -> int:
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     broken: list[str] = []
@@ -50,6 +73,8 @@ def main(argv: list[str]) -> int:
     print(f"release line {LINE}: {sys.executable}", flush=True)
     prepare_unpatched_venv()
     for directory in directories():
+        if directory.name == "image":
+            prepare_images(argv)
         with tempfile.NamedTemporaryFile(suffix=".xml") as report:
             t0 = time.monotonic()
             print(f"\n===== tests/{directory.name} =====", flush=True)

@@ -27,6 +27,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: end-to-end test with real Airflow processes (slow)")
     config.addinivalue_line("markers", "postgres: needs the PostgreSQL server from .ci/services.sh")
     config.addinivalue_line(
+        "markers", "image: the patched image and its stand-in base, built and run in containers (tests/image)"
+    )
+    config.addinivalue_line(
         "markers", "requires_feature(*names): skip unless this release line's series carries the features"
     )
     config.addinivalue_line(

@@ -45,6 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", metavar=("LINE", "PATCH"), help="declare patches only LINE carries (with --reason)")
     p.add_argument("--forget", nargs="+", metavar="PATCH", help="drop the record of patches no line carries any more")
     p.add_argument("--reason", default="", help="why a change or a patch is on one line only")
+    p = sub.add_parser("base-image", help="build the stand-in for the official image (localhost/airflow-standin:<release>)")
+    p.add_argument("--refresh", action="store_true", help="debootstrap and build again even if the inputs are unchanged")
+    p = sub.add_parser("image", help="build the patched image (airflow-patchset:<release>-<label>) with Docker or Podman")
+    p.add_argument("--base", help="the base image (default: the official image of the line's release)")
+    p.add_argument(
+        "--provider-changes",
+        default="",
+        help="allow a patched provider of another version than the base's: upgrade, downgrade or both",
+    )
+    p.add_argument("--tag", help="tag the image so instead of airflow-patchset:<release>-<label>")
+    p.add_argument("--no-wheels", action="store_true", help="use the wheels in the dist directory as they are")
     args = parser.parse_args(argv)
 
     try:
@@ -132,6 +143,19 @@ def main(argv: list[str] | None = None) -> int:
             for problem in report.problems:
                 print(f"!!  {problem}", file=sys.stderr)
             return 1 if report.problems else 0
+        elif args.command == "base-image":
+            from pstool.image import base_image
+
+            base_image(refresh=args.refresh)
+        elif args.command == "image":
+            from pstool.image import image
+
+            image(
+                base=args.base or None,
+                provider_changes=args.provider_changes,
+                tag=args.tag,
+                build_wheels=not args.no_wheels,
+            )
     except PatchsetError as err:
         print(f"pstool {args.command}: error: {err}", file=sys.stderr)
         return 1
