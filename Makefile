@@ -17,11 +17,7 @@ BASE ?=
 PROVIDER_CHANGES ?=
 
 .PHONY: help fetch checkout export export-check check verify install wheels services test test-fast test-e2e \
-<<<<<<< HEAD
-        demo image upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply port port-continue twins clean
-=======
-        demo image base-image containers upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply clean
->>>>>>> image
+        demo image base-image containers upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply port port-continue twins clean
 
 help:
 	@echo "make test       bootstrap everything and run the whole test suite of one line (LINE=3.3 default)"
