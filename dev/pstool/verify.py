@@ -29,6 +29,8 @@
 from __future__ import annotations
 
 import shutil
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from pstool import PatchsetError
@@ -134,8 +136,8 @@ def check_strict_apply(patches: list[Patch]) -> Path:
     return tree
 
 
-def check_features_alone(patches: list[Patch], *, review_checks: bool = False, generated: bool = False) -> list[str]:
-    report = []
+def check_features_alone(patches: list[Patch], *, review_checks: bool = False, generated: bool = False) -> Iterator[str]:
+    """Apply each feature alone with its dependency closure; yield one line per feature as it passes."""
     used: set[str] = set()
     for feature, closure in combos(patches)[:-1]:
         subset = select_patches(patches, closure)
@@ -157,7 +159,7 @@ def check_features_alone(patches: list[Patch], *, review_checks: bool = False, g
         finally:
             shutil.rmtree(tree, ignore_errors=True)
         glue = [p.name for p in subset if p.is_integration or p.when]
-        report.append(
+        yield (
             f"{feature}: applies alone with {', '.join(sorted(closure - {feature})) or 'no dependencies'}"
             f" ({len(subset)} patches{', conditional: ' + ', '.join(glue) if glue else ''};"
             f" {offsets} hunk(s) at an offset, exact context)"
@@ -168,7 +170,6 @@ def check_features_alone(patches: list[Patch], *, review_checks: bool = False, g
     dead = [p.name for p in patches if p.name not in full and p.name not in used]
     if dead:
         raise PatchsetError(f"no verified selection applies these patches (check their conditions): {', '.join(dead)}")
-    return report
 
 
 def require_review_checks(tree: Path, what: str) -> None:
@@ -189,6 +190,16 @@ def check_not_upstream(patches: list[Patch], base_tree: Path) -> None:
             raise PatchsetError(f"{patch.name} reverse-applies to pristine upstream: it is already upstream")
 
 
+_last = [time.monotonic()]
+
+
+def _ok(message: str) -> None:
+    """Print one passed step, with the seconds it took (where verify spends its time, in CI's log)."""
+    now = time.monotonic()
+    print(f"ok  [{now - _last[0]:4.0f}s] {message}", flush=True)
+    _last[0] = now
+
+
 def check_twins() -> None:
     from pstool import twins
 
@@ -197,35 +208,36 @@ def check_twins() -> None:
         raise PatchsetError("the lines have drifted apart:\n" + "\n".join(f"  {p}" for p in report.problems))
     together = sum(1 for row in report.lines if row.startswith("twins"))
     only = [row for row in report.lines if row.startswith("only")]
-    print(f"ok  twins: {together} patches together on every line since their last port, {len(only)} on one line on purpose")
+    _ok(f"twins: {together} patches together on every line since their last port, {len(only)} on one line on purpose")
 
 
 def verify(*, generated: bool = True) -> int:
+    _last[0] = time.monotonic()
     patches = check_hygiene()
-    print(f"ok  hygiene: {len(patches)} patches, each listed once, none unlisted")
+    _ok(f"hygiene: {len(patches)} patches, each listed once, none unlisted")
     check_trailers(patches)
-    print("ok  trailers: Feature, Upstream-Status and Depends on every patch; dependencies come first")
+    _ok("trailers: Feature, Upstream-Status and Depends on every patch; dependencies come first")
     check_twins()
     base = scratch_tree()
     try:
         check_not_upstream(patches, base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print("ok  nothing already upstream")
+    _ok("nothing already upstream")
     if generated:
         from pstool.generated import check_pristine
 
-        print(f"ok  {check_pristine()}")
+        _ok(f"{check_pristine()}")
     tree = check_strict_apply(patches)
     try:
         integ = [p.name for p in full_selection(patches) if p.is_integration]
-        print(f"ok  strict apply: full series ({len(full_selection(patches))} patches, {len(integ)} integration), no fuzz, no offset, no 3-way")
+        _ok(f"strict apply: full series ({len(full_selection(patches))} patches, {len(integ)} integration), no fuzz, no offset, no 3-way")
         require_review_checks(tree, "the whole series")
         from pstool.checks import CHECKS
 
-        print(f"ok  upstream's review checks on the whole series: {', '.join(CHECKS)}")
+        _ok(f"upstream's review checks on the whole series: {', '.join(CHECKS)}")
         for line in check_features_alone(patches, review_checks=True, generated=generated):
-            print(f"ok  {line}")
+            _ok(f"{line}")
         patches = full_selection(patches)
         gen_touched = sorted({p for patch in patches for p in touched_paths(patch) if is_generated(p)})
         forbidden = [p for p in gen_touched if "/ui/dist/" in p or p.endswith("git_version")]
@@ -235,7 +247,7 @@ def verify(*, generated: bool = True) -> int:
             from pstool.generated import check_generated
 
             for line in check_generated(tree, gen_touched):
-                print(f"ok  {line}")
+                _ok(f"{line}")
         elif gen_touched:
             print(f"--  generated files not re-checked (--no-generated): {', '.join(gen_touched)}")
         from pstool.layout import UI_TREE_DIR
@@ -243,7 +255,7 @@ def verify(*, generated: bool = True) -> int:
         if any(p.startswith(UI_TREE_DIR) for patch in patches for p in touched_paths(patch)):
             from pstool import ui
 
-            print(f"ok  {ui.lint(tree)}")
+            _ok(f"{ui.lint(tree)}")
     finally:
         shutil.rmtree(tree, ignore_errors=True)
     print("verify: passed")
