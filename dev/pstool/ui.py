@@ -252,16 +252,40 @@ def client_differs(tree: Path) -> list[str]:
 LINT_CACHE = BUILD_DIR / "ui-lint-check.json"
 
 
+def changed_ui_files(tree: Path, base: str = "refs/patches/upstream-base") -> list[str]:
+    """The UI files the series adds or changes, relative to the UI directory (generated client excluded:
+    upstream's lint config ignores ``openapi-gen/``, and ``verify`` checks it against codegen)."""
+    names = out(tree, "diff", "--name-only", "--diff-filter=AM", base, "HEAD", "--", UI_DIR).splitlines()
+    return sorted(n[len(UI_DIR) + 1 :] for n in names if n and not n.startswith(UI_CLIENT_DIR))
+
+
 def lint(tree: Path) -> str:
-    """Upstream's ``pnpm lint`` (eslint --quiet, then tsc -p tsconfig.app.json) on the tree's UI."""
+    """Upstream's UI hook (``ts-compile-lint-ui``) on the files the series changes: eslint and
+    prettier on each changed non-YAML file, then ``tsc`` on a project of the changed TypeScript files
+    (which type-checks everything they import) extending ``tsconfig.app.json``, as upstream's prek
+    hook does for a pull request. Cached by the UI source's content key."""
     key = source_key(tree)
     if LINT_CACHE.exists() and json.loads(LINT_CACHE.read_text()).get("key") == key:
-        return f"UI lint (eslint, tsc) passed for this UI source ({LINT_CACHE.name})"
+        return f"UI lint (eslint, prettier, tsc on the changed files) passed for this UI source ({LINT_CACHE.name})"
+    files = changed_ui_files(tree)
+    checked = [f for f in files if not f.endswith((".yaml", ".yml"))]
+    typescript = [f for f in files if f.endswith((".ts", ".tsx"))]
+    if not checked:
+        return "UI lint: the series changes no UI source file"
     tc, ui = prepared_work(tree, "lint")
-    elapsed = _run(tc, ui, "lint", what="pnpm lint (eslint, tsc)")
+    elapsed = _run(tc, ui, "exec", "eslint", "--quiet", *checked, what="eslint (changed files)")
+    elapsed += _run(tc, ui, "exec", "prettier", "--check", *checked, what="prettier --check (changed files)")
+    if typescript:
+        project = ui / "tsconfig.patchset-lint.json"
+        include = [*typescript, "src/vite-env.d.ts"]
+        project.write_text(json.dumps({"extends": "./tsconfig.app.json", "include": include}))
+        try:
+            elapsed += _run(tc, ui, "exec", "tsc", "--p", project.name, what="tsc (changed files)")
+        finally:
+            project.unlink(missing_ok=True)
     LINT_CACHE.parent.mkdir(parents=True, exist_ok=True)
     LINT_CACHE.write_text(json.dumps({"key": key}))
-    return f"UI lint (eslint, tsc) passed in {elapsed:.0f}s"
+    return f"UI lint (eslint, prettier, tsc) passed on the {len(checked)} UI files the series changes, in {elapsed:.0f}s"
 
 
 def vitest(tree: Path, files: list[str]) -> subprocess.CompletedProcess:
