@@ -19,6 +19,7 @@ DIRECTORY_FEATURES: dict[str, tuple[str, ...]] = {
     "providers": ("aip-97",),
     "demo": ("asset-emit", "aip-97", "aip-122"),
     "ui": ("aip-97", "aip-122"),
+    "retry_rules": ("aip-97", "aip-122", "retry-rules"),
 }
 
 
