@@ -120,79 +120,79 @@ def test_example_rules_decide_their_failures(tmp_path: Path) -> None:
             what="the scheduler's failure lines",
         )
 
-    past = {
-        r["task_id"]: r
-        for r in stack.query(
-            f"SELECT task_id, try_number, state, failure_cause, retry_reason, retry_delay_override "
-            f"FROM {PAST_TRIES} WHERE dag_id = %(d)s",
-            d=DAG_ID,
+        past = {
+            r["task_id"]: r
+            for r in stack.query(
+                f"SELECT task_id, try_number, state, failure_cause, retry_reason, retry_delay_override "
+                f"FROM {PAST_TRIES} WHERE dag_id = %(d)s",
+                d=DAG_ID,
+            )
+        }
+        lines = _failure_lines(scheduler_log)
+        listener = {(r["task_id"], r["pid"]): r for r in stack.jsonl("listener.jsonl") if r["dag_id"] == DAG_ID}
+        heard = {task_id: r["retry_rule"] for (task_id, _), r in listener.items()}
+
+        # 1. RetryRule(cause="timeout", action=FAIL): failed at try 1 with two retries left, in the worker.
+        timeout = tis["timeout_fails"]
+        assert (timeout["try_number"], timeout["failure_cause"]) == (1, "timeout")
+        assert heard["timeout_fails"] == "rules[0]"
+        worker_counts = _statsd(receiver, "ti_failures", "timeout_fails")
+        assert [(t["failure_cause"], t["retry_rule"], t["retry_rule_action"]) for t in worker_counts] == [
+            ("timeout", "rules.0", "fail")
+        ]
+        assert {t["retry_rule"] for t in _statsd(receiver, "ti.failure_cause", "timeout_fails")} == {"worker"}
+
+        # 2. RetryRule(cause="unknown", RETRY, 2 min) on a killed task process: the Execution API decides.
+        unknown = tis["unknown_waits"]
+        assert unknown["retry_delay_override"] == 120.0
+        assert past["unknown_waits"]["failure_cause"] == "unknown"
+        assert past["unknown_waits"]["retry_reason"] == "rules[1] (cause=unknown) -> retry"
+        assert [(t["retry_rule"], t["retry_rule_action"]) for t in _statsd(receiver, "ti.failure_cause", "unknown_waits")] == [
+            ("rules.1", "retry")
+        ]
+
+        # 3. The same rule on a heartbeat timeout: the scheduler decides, and its one line names the rule.
+        heartbeat = tis["heartbeat_waits"]
+        assert heartbeat["retry_delay_override"] == 120.0
+        assert past["heartbeat_waits"]["retry_reason"] == "rules[1] (cause=unknown) -> retry"
+        line = lines["heartbeat_waits"]
+        assert (line["source"], line["failure_cause"], line["retry"], line["retry_rule"]) == (
+            "heartbeat_timeout",
+            "unknown",
+            "up_for_retry",
+            "rules[1]:retry",
         )
-    }
-    lines = _failure_lines(scheduler_log)
-    listener = {(r["task_id"], r["pid"]): r for r in stack.jsonl("listener.jsonl") if r["dag_id"] == DAG_ID}
-    heard = {task_id: r["retry_rule"] for (task_id, _), r in listener.items()}
+        assert heard["heartbeat_waits"] == "rules[1]"
+        assert [t["retry_rule"] for t in _statsd(receiver, "ti.failure_cause", "heartbeat_waits")] == ["rules.1"]
 
-    # 1. RetryRule(cause="timeout", action=FAIL): failed at try 1 with two retries left, in the worker.
-    timeout = tis["timeout_fails"]
-    assert (timeout["try_number"], timeout["failure_cause"]) == (1, "timeout")
-    assert heard["timeout_fails"] == "rules[0]"
-    worker_counts = _statsd(receiver, "ti_failures", "timeout_fails")
-    assert [(t["failure_cause"], t["retry_rule"], t["retry_rule_action"]) for t in worker_counts] == [
-        ("timeout", "rules[0]", "fail")
-    ]
-    assert {t["retry_rule"] for t in _statsd(receiver, "ti.failure_cause", "timeout_fails")} == {"worker"}
+        # 4. RetryRule(cause="infra", action=FAIL): no infrastructure retry, although one was available.
+        infra = tis["infra_fails"]
+        assert (infra["try_number"], infra["failure_cause"], infra["infra_retry_count"], infra["max_tries"]) == (
+            1,
+            "infra",
+            0,
+            2,
+        )
+        assert infra["retry_reason"] == "rules[0] (cause=infra) -> fail: not safe to run again"
+        line = lines["infra_fails"]
+        assert (line["failure_cause"], line["retry"], line["infra_retry"], line["retry_rule"]) == (
+            "infra",
+            "failed",
+            "denied:retry_rule",
+            "rules[0]:fail",
+        )
+        assert heard["infra_fails"] == "rules[0]"
+        assert [t["reason"] for t in _statsd(receiver, "ti.infra_retry.denied", "infra_fails")] == ["retry_rule"]
 
-    # 2. RetryRule(cause="unknown", RETRY, 2 min) on a killed task process: the Execution API decides.
-    unknown = tis["unknown_waits"]
-    assert unknown["retry_delay_override"] == 120.0
-    assert past["unknown_waits"]["failure_cause"] == "unknown"
-    assert past["unknown_waits"]["retry_reason"] == "rules[1] (cause=unknown) -> retry"
-    assert [(t["retry_rule"], t["retry_rule_action"]) for t in _statsd(receiver, "ti.failure_cause", "unknown_waits")] == [
-        ("rules[1]", "retry")
-    ]
-
-    # 3. The same rule on a heartbeat timeout: the scheduler decides, and its one line names the rule.
-    heartbeat = tis["heartbeat_waits"]
-    assert heartbeat["retry_delay_override"] == 120.0
-    assert past["heartbeat_waits"]["retry_reason"] == "rules[1] (cause=unknown) -> retry"
-    line = lines["heartbeat_waits"]
-    assert (line["source"], line["failure_cause"], line["retry"], line["retry_rule"]) == (
-        "heartbeat_timeout",
-        "unknown",
-        "up_for_retry",
-        "rules[1]:retry",
-    )
-    assert heard["heartbeat_waits"] == "rules[1]"
-    assert [t["retry_rule"] for t in _statsd(receiver, "ti.failure_cause", "heartbeat_waits")] == ["rules[1]"]
-
-    # 4. RetryRule(cause="infra", action=FAIL): no infrastructure retry, although one was available.
-    infra = tis["infra_fails"]
-    assert (infra["try_number"], infra["failure_cause"], infra["infra_retry_count"], infra["max_tries"]) == (
-        1,
-        "infra",
-        0,
-        2,
-    )
-    assert infra["retry_reason"] == "rules[0] (cause=infra) -> fail: not safe to run again"
-    line = lines["infra_fails"]
-    assert (line["failure_cause"], line["retry"], line["infra_retry"], line["retry_rule"]) == (
-        "infra",
-        "failed",
-        "denied:retry_rule",
-        "rules[0]:fail",
-    )
-    assert heard["infra_fails"] == "rules[0]"
-    assert [t["reason"] for t in _statsd(receiver, "ti.infra_retry.denied", "infra_fails")] == ["retry_rule"]
-
-    # The try's details in the REST API carry the decision (3.4: upstream's state_reason).
-    run_id = stack.query("SELECT run_id FROM dag_run WHERE dag_id = %(d)s", d=DAG_ID)[0]["run_id"]
-    infra_ti, unknown_tries = stack.rest(
-        f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/infra_fails",
-        f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/unknown_waits/tries",
-    )
-    assert infra_ti["state_reason"] == "rules[0] (cause=infra) -> fail: not safe to run again"
-    first_try = next(t for t in unknown_tries["task_instances"] if t["try_number"] == 1)
-    assert first_try["state_reason"] == "rules[1] (cause=unknown) -> retry"
-    if ON_3_4:
-        # 3.4's worker sends the policy's reason with a FAILED state too.
-        assert timeout["retry_reason"] == "Matched rule for cause timeout"
+        # The try's details in the REST API carry the decision (3.4: upstream's state_reason).
+        run_id = stack.query("SELECT run_id FROM dag_run WHERE dag_id = %(d)s", d=DAG_ID)[0]["run_id"]
+        infra_ti, unknown_tries = stack.rest(
+            f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/infra_fails",
+            f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/unknown_waits/tries",
+        )
+        assert infra_ti["state_reason"] == "rules[0] (cause=infra) -> fail: not safe to run again"
+        first_try = next(t for t in unknown_tries["task_instances"] if t["try_number"] == 1)
+        assert first_try["state_reason"] == "rules[1] (cause=unknown) -> retry"
+        if ON_3_4:
+            # 3.4's worker sends the policy's reason with a FAILED state too.
+            assert timeout["retry_reason"] == "Matched rule for cause timeout"
