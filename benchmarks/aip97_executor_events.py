@@ -461,8 +461,9 @@ def main() -> int:
                         f"{min(cpu_ratios):>8.3f} {cpu_med:>7.3f} {max(cpu_ratios):>7.3f} "
                         f"{min(cpu_times['patched']) / min(cpu_times['unpatched']):>9.3f} "
                         f"{calls_ratio:>7.3f} "
-                        f"{per_event['unpatched']:>6.2f}/{per_event['patched']:<6.2f}  "
-                        f"{'holds' if ok else 'MISSED'}{' (noisy: CPU ratios spread > 20%)' if noisy else ''}",
+                        f"{per_event['unpatched']:>6.3f}/{per_event['patched']:<6.3f}  "
+                        f"{'holds' if ok else 'MISSED'}{' (noisy: CPU ratios spread > 20%)' if noisy else ''}"
+                        f" [statements: {counted['unpatched']['statements']} / {counted['patched']['statements']}]",
                         flush=True,
                     )
     finally:
