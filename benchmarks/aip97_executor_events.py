@@ -33,10 +33,17 @@ calls ratio all hold the target (<= 1.05). A row whose CPU ratios spread by more
 marked noisy. A wide min..max spread means the machine was too busy for the row to decide anything:
 run it again on an idle machine.
 
+With ``--rules`` both sides of each pair are the patched build, and what differs is the Dag: every
+task of the measured side has a retry policy of five ``RetryRule(cause=...)`` rules (serialized with
+the Dag, evaluated by the scheduler on the mismatch path; the last one matches the events' ``infra``
+cause, so every rule is looked at), the other side has none. The target is then
+``--target 1.02`` on the calls figure, and the script also prints the SQL statements each side
+sends per event (counted on the engine during the measured section): the rules must add none.
+
 Usage::
 
     python benchmarks/aip97_executor_events.py [--repeat 7] [--events 2000] [--scenario reported]
-        [--statsd off|on|both]
+        [--statsd off|on|both] [--rules]
 """
 
 from __future__ import annotations
@@ -68,6 +75,28 @@ from airflow.providers.standard.operators.python import PythonOperator
 with DAG("{DAG_ID}", start_date=datetime(2024, 1, 1), schedule=None, catchup=False):
     for i in range({N_TASKS}):
         PythonOperator(task_id=f"t{{i:03d}}", python_callable=print)
+'''
+
+# The same Dag, every task with a policy of five rules on a failure cause; the events are infra, which
+# only the last rule matches (DEFAULT: the outcome stays that of no rule, so both sides do the same
+# database work).
+DAG_FILE_RULES = f'''
+from datetime import datetime, timedelta
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
+
+POLICY = ExceptionRetryPolicy(rules=[
+    RetryRule(cause="timeout", action=RetryAction.FAIL),
+    RetryRule(cause="application", action=RetryAction.DEFAULT),
+    RetryRule(cause="unknown", action=RetryAction.RETRY, retry_delay=timedelta(minutes=2)),
+    RetryRule(cause=["timeout", "application"], action=RetryAction.RETRY),
+    RetryRule(cause="infra", action=RetryAction.DEFAULT),
+])
+
+with DAG("{DAG_ID}", start_date=datetime(2024, 1, 1), schedule=None, catchup=False):
+    for i in range({N_TASKS}):
+        PythonOperator(task_id=f"t{{i:03d}}", python_callable=print, retry_policy=POLICY)
 '''
 
 
@@ -141,6 +170,19 @@ def _worker(scenario: str, events: int) -> dict:
     # Log records are formatted and written (to a discarded stream) in both builds alike.
     logging.getLogger().setLevel(logging.INFO)
     dag_bag = DBDagBag()
+    # SQL statements sent during the measured section, counted on the engine.
+    from sqlalchemy import event
+
+    from airflow import settings
+
+    statements = [0]
+    counting = [False]
+
+    def _count(*_args, **_kwargs):
+        if counting[0]:
+            statements[0] += 1
+
+    event.listen(settings.engine, "before_cursor_execute", _count)
     # With AIP97_BENCH_COUNT_CALLS the measured section runs under cProfile, which counts every
     # Python and C function call it makes: a figure of the work done that machine load cannot move
     # (the timings of such a run are not used).
@@ -152,6 +194,7 @@ def _worker(scenario: str, events: int) -> dict:
     with create_session() as session:
         t0 = time.perf_counter()
         c0 = time.process_time()
+        counting[0] = True
         if profiler:
             profiler.enable()
         left = SchedulerJobRunner.process_executor_events(
@@ -160,6 +203,7 @@ def _worker(scenario: str, events: int) -> dict:
         session.commit()
         if profiler:
             profiler.disable()
+        counting[0] = False
         elapsed = time.perf_counter() - t0
         cpu = time.process_time() - c0
         failed = session.scalar(
@@ -177,6 +221,7 @@ def _worker(scenario: str, events: int) -> dict:
         "seconds": elapsed,
         "cpu_seconds": cpu,
         "with_cause": with_cause,
+        "statements": statements[0],
         "calls": sum(entry[1] for entry in pstats.Stats(profiler).stats.values()) if profiler else None,
     }
 
@@ -222,14 +267,14 @@ def _base_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _template_db(venv: Path, workdir: Path) -> Path:
+def _template_db(venv: Path, workdir: Path, rules: bool = False) -> Path:
     """A migrated database with the benchmark Dag serialized, made once per venv and copied per run."""
-    home = workdir / f"template-{venv.name}-{abs(hash(str(venv)))}"
+    home = workdir / f"template-{venv.name}-{abs(hash(str(venv)))}{'-rules' if rules else ''}"
     db = home / "airflow.db"
     if db.exists():
         return db
     (home / "dags").mkdir(parents=True)
-    (home / "dags" / "bench_dag.py").write_text(DAG_FILE)
+    (home / "dags" / "bench_dag.py").write_text(DAG_FILE_RULES if rules else DAG_FILE)
     airflow = str(venv / "bin" / "airflow")
     for cmd in (["db", "migrate"], ["dags", "reserialize"]):
         subprocess.run([airflow, *cmd], env=_base_env(home), check=True, capture_output=True, cwd=home)
@@ -237,13 +282,19 @@ def _template_db(venv: Path, workdir: Path) -> Path:
 
 
 def _run_once(
-    venv: Path, scenario: str, events: int, workdir: Path, statsd_port: int | None, count_calls: bool = False
+    venv: Path,
+    scenario: str,
+    events: int,
+    workdir: Path,
+    statsd_port: int | None,
+    count_calls: bool = False,
+    rules: bool = False,
 ) -> dict:
-    template = _template_db(venv, workdir)
+    template = _template_db(venv, workdir, rules)
     with tempfile.TemporaryDirectory(prefix="aip97-bench-", dir=workdir) as tmp:
         home = Path(tmp)
         (home / "dags").mkdir()
-        (home / "dags" / "bench_dag.py").write_text(DAG_FILE)
+        (home / "dags" / "bench_dag.py").write_text(DAG_FILE_RULES if rules else DAG_FILE)
         shutil.copy(template, home / "airflow.db")
         env = _base_env(home)
         if count_calls:
@@ -285,7 +336,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7, help="pairs per scenario and StatsD mode")
     parser.add_argument("--scenario", choices=["reported", "mismatch", "both"], default="both")
     parser.add_argument("--statsd", choices=["off", "on", "both"], default="both")
-    parser.add_argument("--target", type=float, default=1.05)
+    parser.add_argument("--target", type=float, default=None, help="default 1.05; 1.02 with --rules")
+    parser.add_argument(
+        "--rules",
+        action="store_true",
+        help="compare the patched build with a five-rule retry policy on every task to the patched build without",
+    )
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -299,7 +355,12 @@ def main() -> int:
         print(json.dumps(_worker(args.worker, args.events)))
         return 0
 
+    if args.target is None:
+        args.target = 1.02 if args.rules else 1.05
     unpatched = args.unpatched
+    if args.rules:
+        # Both sides run the patched build: the baseline is its Dag without rules.
+        unpatched = args.patched
     if unpatched is None:
         sys.path.insert(0, str(REPO / "tests"))
         import harness
@@ -312,14 +373,21 @@ def main() -> int:
     modes = ["off", "on"] if args.statsd == "both" else [args.statsd]
     receiver = StatsdReceiver()
     n_expected = args.events // N_TASKS * N_TASKS
+    base_label, label = ("no rules", "5 rules") if args.rules else ("unpatched", "patched")
     print(
         f"process_executor_events, {n_expected} failed events, {args.repeat} interleaved pairs "
-        f"per row (SQLite in {args.workdir}); ratio = patched / unpatched 3.3.2 of each pair, "
-        "wall-clock and CPU time of the scheduler process"
+        f"per row (SQLite in {args.workdir}); ratio = "
+        + (
+            "patched with a five-rule policy on every task / patched without, "
+            if args.rules
+            else "patched / unpatched 3.3.2 of each pair, "
+        )
+        + "wall-clock and CPU time of the scheduler process; SQL statements per event of each side"
     )
     print(
-        f"{'scenario':<10} {'statsd':<6} {'unpatched':>10} {'patched':>10} "
-        f"{'wall min':>8} {'median':>7} {'max':>7} {'cpu min':>8} {'median':>7} {'max':>7} {'best/best':>9} {'calls':>7}  target"
+        f"{'scenario':<10} {'statsd':<6} {base_label:>10} {label:>10} "
+        f"{'wall min':>8} {'median':>7} {'max':>7} {'cpu min':>8} {'median':>7} {'max':>7} {'best/best':>9} {'calls':>7} "
+        f"{'stmt/event':>13}  target"
     )
     holds = True
     try:
@@ -340,7 +408,9 @@ def main() -> int:
                         pair: dict[str, dict] = {}
                         for name, venv in builds:
                             sent_before = receiver.packets
-                            result = _run_once(venv, scenario, args.events, workdir, port)
+                            result = _run_once(
+                                venv, scenario, args.events, workdir, port, rules=args.rules and name == "patched"
+                            )
                             if mode == "on":
                                 # Both builds must really send: a venv without the statsd package
                                 # falls back to no metrics at all, which would flatter it.
@@ -350,7 +420,7 @@ def main() -> int:
                             # Every event consumed, every task instance failed.
                             assert result["left"] == 0, result
                             assert result["failed"] == result["events"] == n_expected, result
-                            assert result["with_cause"] == (name == "patched"), result
+                            assert result["with_cause"] == (args.rules or name == "patched"), result
                             pair[name] = result
                             times[name].append(result["seconds"])
                             cpu_times[name].append(result["cpu_seconds"])
@@ -359,14 +429,29 @@ def main() -> int:
                     if mode == "on" and receiver.packets == packets_before:
                         raise SystemExit("StatsD was on but the receiver got no packet")
                     # One extra run of each build that counts the calls of the measured section.
-                    calls = {
-                        name: _run_once(venv, scenario, args.events, workdir, port, count_calls=True)["calls"]
+                    counted = {
+                        name: _run_once(
+                            venv,
+                            scenario,
+                            args.events,
+                            workdir,
+                            port,
+                            count_calls=True,
+                            rules=args.rules and name == "patched",
+                        )
                         for name, venv in (("unpatched", unpatched), ("patched", args.patched))
                     }
-                    calls_ratio = calls["patched"] / calls["unpatched"]
+                    calls_ratio = counted["patched"]["calls"] / counted["unpatched"]["calls"]
+                    per_event = {
+                        name: counted[name]["statements"] / n_expected for name in ("unpatched", "patched")
+                    }
                     wall_med = statistics.median(wall_ratios)
                     cpu_med = statistics.median(cpu_ratios)
-                    ok = wall_med <= args.target and cpu_med <= args.target and calls_ratio <= args.target
+                    if args.rules:
+                        # The rules' target: the calls figure, and not one more SQL statement per event.
+                        ok = calls_ratio <= args.target and per_event["patched"] <= per_event["unpatched"]
+                    else:
+                        ok = wall_med <= args.target and cpu_med <= args.target and calls_ratio <= args.target
                     holds &= ok
                     noisy = max(cpu_ratios) / min(cpu_ratios) > 1.2
                     print(
@@ -375,16 +460,20 @@ def main() -> int:
                         f"{min(wall_ratios):>8.3f} {wall_med:>7.3f} {max(wall_ratios):>7.3f} "
                         f"{min(cpu_ratios):>8.3f} {cpu_med:>7.3f} {max(cpu_ratios):>7.3f} "
                         f"{min(cpu_times['patched']) / min(cpu_times['unpatched']):>9.3f} "
-                        f"{calls_ratio:>7.3f}  "
-                        f"{'holds' if ok else 'MISSED'}{' (noisy: CPU ratios spread > 20%)' if noisy else ''}",
+                        f"{calls_ratio:>7.3f} "
+                        f"{per_event['unpatched']:>6.3f}/{per_event['patched']:<6.3f}  "
+                        f"{'holds' if ok else 'MISSED'}{' (noisy: CPU ratios spread > 20%)' if noisy else ''}"
+                        f" [statements: {counted['unpatched']['statements']} / {counted['patched']['statements']}]",
                         flush=True,
                     )
     finally:
         receiver.close()
-    print(
-        f"target (median wall and CPU ratio and calls ratio <= {args.target}) "
-        f"{'holds in every row' if holds else 'MISSED'}"
+    what = (
+        f"calls ratio <= {args.target} and no more SQL statements per event"
+        if args.rules
+        else f"median wall and CPU ratio and calls ratio <= {args.target}"
     )
+    print(f"target ({what}) {'holds in every row' if holds else 'MISSED'}")
     return 0 if holds else 1
 
 

@@ -20,6 +20,7 @@ DIRECTORY_FEATURES: dict[str, tuple[str, ...]] = {
     "demo": ("asset-emit", "aip-97", "aip-122"),
     "ui": ("aip-97", "aip-122"),
     "operations": ("asset-emit", "aip-97", "aip-122"),
+    "retry_rules": ("aip-97", "aip-122", "retry-rules"),
 }
 
 
