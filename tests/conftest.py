@@ -22,12 +22,18 @@ DIRECTORY_FEATURES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Every marker of the suite, registered here only (pytest.ini runs with --strict-markers).
+MARKERS = {
+    "e2e": "end-to-end test with real Airflow processes (slow)",
+    "postgres": "needs the PostgreSQL server from .ci/services.sh (missing, it is a failure)",
+    "db": "needs the migrated Airflow metadata database",
+    "requires_feature(*names)": "skip unless this release line's series carries the features",
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "e2e: end-to-end test with real Airflow processes (slow)")
-    config.addinivalue_line("markers", "postgres: needs the PostgreSQL server from .ci/services.sh")
-    config.addinivalue_line(
-        "markers", "requires_feature(*names): skip unless this release line's series carries the features"
-    )
+    for name, description in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")
 
 
 _NOT_COLLECTED: dict[str, str] = {}
