@@ -217,15 +217,15 @@ def _race_round(kill_after_claim: bool) -> tuple[dict, list[dict], list[int | No
         _, run_id = _new_try(session, "r0", state="queued", job_id=dead_job)
 
     out = SPAWN.Queue()
-    a_read, b_read, go = SPAWN.Event(), SPAWN.Event(), SPAWN.Event()
+    a_read, b_read, go, a_claimed = SPAWN.Event(), SPAWN.Event(), SPAWN.Event(), SPAWN.Event()
     a = SPAWN.Process(
         target=scheduler_harness.stuck_in_queued_racer,
-        args=(dead_job, None, a_read, go, kill_after_claim, out),
+        args=(dead_job, None, a_read, go, kill_after_claim, out, a_claimed),
     )
     b = SPAWN.Process(
         target=scheduler_harness.stuck_in_queued_racer,
-        # In a kill round B waits a little after "go", so that A claims first and dies holding it.
-        args=(live_job, dead_job, b_read, go, False, out, 1.0 if kill_after_claim else 0.0),
+        # In a kill round B decides only once A has claimed, so that A dies holding the claim.
+        args=(live_job, dead_job, b_read, go, False, out, None, a_claimed if kill_after_claim else None),
     )
     a.start()
     try:

@@ -466,13 +466,14 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
     task instances of the batch still being processed. Every grant in the batch must still be
     claimed once and saved (max_tries, infra_retry_count, delay), like process_executor_events does.
     """
-    from sqlalchemy import select
+    from sqlalchemy import inspect, select
     from sqlalchemy.orm import joinedload
 
     from airflow import settings
+    from airflow.callbacks.callback_requests import DagCallbackRequest
+    from airflow.callbacks.database_callback_sink import DatabaseCallbackSink
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.models.taskinstance_failure import decide_retry
-    from airflow.utils.session import create_session
     from airflow.utils.sqlalchemy import with_row_locks
 
     infra_config(max_infra_retries=3, delay=2)
@@ -482,6 +483,8 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
         for task_id in task_ids:
             _start_try(session, _ti(session, run_id, task_id), attach_task=False)
 
+    sink = DatabaseCallbackSink()
+    detached = []
     session = settings.Session()
     try:
         dag = _dag(session)
@@ -492,12 +495,24 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
             ti.task = dag.get_task(ti.task_id)
             decision = decide_retry(ti, failure_cause=INFRA)
             assert decision.infra_retry.granted
-            with create_session():  # what DatabaseCallbackSink.send does with the scoped session
-                pass
+            # The real sink, called as the scheduler calls it (no session: its own, the scoped one).
+            sink.send(
+                DagCallbackRequest(
+                    filepath="aip122_db_dag.py",
+                    bundle_name="dags-folder",
+                    bundle_version=None,
+                    dag_id=DAG_ID,
+                    run_id=run_id,
+                    msg=f"retry callback of {ti.task_id}",
+                )
+            )
+            detached.append(inspect(ti).detached)
             ti.handle_failure(error="lost", session=session, failure_cause=INFRA, retry_decision=decision)
     finally:
         settings.Session.remove()
 
+    # The sink did close the scheduler's session under the batch: the case this test is about.
+    assert detached == [True] * len(task_ids)
     with _session() as session:
         got = {t: _ti(session, run_id, t) for t in task_ids}
         assert {t: (ti.state, ti.max_tries, ti.infra_retry_count) for t, ti in got.items()} == {
