@@ -26,7 +26,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -64,10 +63,7 @@ with DAG("{DAG_ID}", schedule=None, start_date=datetime(2024, 1, 1), catchup=Fal
 
 
 def _events(out: Path) -> list[dict]:
-    path = out / "events.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return harness.read_jsonl(out / "events.jsonl")
 
 
 def measure(venv: Path, extra_env: dict[str, str], timeout: float, label: str) -> dict:
@@ -95,19 +91,14 @@ def measure(venv: Path, extra_env: dict[str, str], timeout: float, label: str) -
 
             stack.wait_for(second_try_running, timeout=timeout, interval=1, what=f"{label}: try 2 running")
             stack.wait_ti(DAG_ID, None, {"success"}, timeout=120)
-            code = (
-                "from airflow.utils.session import create_session\n"
-                "from airflow.models.taskinstance import TaskInstance as TI\n"
-                "from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH\n"
-                "import json\n"
-                "with create_session() as s:\n"
-                f"    ti = s.query(TI).filter(TI.dag_id == '{DAG_ID}').one()\n"
-                f"    h = s.query(TIH).filter(TIH.dag_id == '{DAG_ID}', TIH.try_number == 1).one()\n"
-                "    print(json.dumps({'state': str(ti.state), 'try_number': ti.try_number,"
-                " 'max_tries': ti.max_tries, 'infra_retry_count': getattr(ti, 'infra_retry_count', None),"
-                " 'try1_ended': h.end_date.timestamp()}))\n"
+            # Read with SQL: the unpatched database has no AIP-97/AIP-122 columns (.get() is None).
+            (live,) = stack.query("SELECT * FROM task_instance WHERE dag_id = %(d)s", d=DAG_ID)
+            (try1,) = stack.query(
+                "SELECT * FROM task_instance_history WHERE dag_id = %(d)s AND try_number = 1", d=DAG_ID
             )
-            ti = json.loads(stack.env.run_python(code).stdout.strip().splitlines()[-1])
+        ti = {key: live.get(key) for key in ("state", "try_number", "max_tries", "infra_retry_count")}
+        ti["try1_cause"] = str(try1.get("failure_cause"))
+        ti["try1_ended"] = try1["end_date"].timestamp()
         events = _events(stack.out)
     killed = next(e["killed"] for e in events if "killed" in e)
     restarted = next(e["started"] for e in events if e.get("try_number") == 2 and "started" in e)

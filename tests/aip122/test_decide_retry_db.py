@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from datetime import timedelta
 
 import pytest
 
 # Import (and so configure) Airflow before any fixture touches logging; conftest set its environment.
 import airflow  # noqa: F401
+import _db
 from _tries import pending_try
 from lines import PAST_TRIES
 from lines import DEFAULT_LINE, LINE
 
 pytestmark = pytest.mark.usefixtures("db_env")
 
-DAG_ID = "aip122_db"
+DAG_ID = _db.DAG_ID
 INFRA = "infra"
 
 
@@ -71,38 +71,9 @@ def infra_config(monkeypatch):
     return set_
 
 
-def _session():
-    from airflow.utils.session import create_session
-
-    return create_session()
-
-
-def _dag(session):
-    from airflow.models.dagbag import DBDagBag
-
-    return DBDagBag(load_op_links=False).get_latest_version_of_dag(DAG_ID, session=session)
-
-
-def _new_run(session) -> str:
-    """Create a running manual Dag run (task instances included) and return its run_id."""
-    from airflow._shared.timezones import timezone
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunTriggeredByType, DagRunType
-
-    run_id = f"aip122_{uuid.uuid4().hex[:10]}"
-    now = timezone.utcnow()
-    _dag(session).create_dagrun(
-        run_id=run_id,
-        logical_date=None,
-        data_interval=None,
-        run_after=now,
-        run_type=DagRunType.MANUAL,
-        triggered_by=DagRunTriggeredByType.TEST,
-        state=DagRunState.RUNNING,
-        session=session,
-    )
-    session.commit()
-    return run_id
+_session = _db.session
+_dag = _db.dag
+_new_run = _db.new_run
 
 
 def _ti(session, run_id: str, task_id: str, map_index: int = -1):
