@@ -104,6 +104,9 @@ STACK = EmitStack(
     plugins=[HERE / "plugins"],
     out_var="EMIT_TEST_OUT",
     config={
+        # Asset-triggered consumer runs are made by the scheduler's Dag-run creation, which
+        # use_job_schedule=False (the harness's quick default) turns off.
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True",
         "AIRFLOW__CORE__PARALLELISM": "8",
         "AIRFLOW__CORE__MAX_EMITTED_ASSET_EVENT_EXTRA_BYTES": str(EXTRA_LIMIT),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_SIZE": "10",
