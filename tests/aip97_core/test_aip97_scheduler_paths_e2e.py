@@ -86,6 +86,8 @@ def scenario(tmp_path_factory, patched_venv) -> Scenario:
             # No api-server: the fault-injecting executor runs no task, it reports their failures.
             components=("dag-processor", "scheduler"),
             executor="aip97_fault_executor.FaultInjectingExecutor",
+            # The Dag runs @once: the scheduler's own Dag-run creation (use_job_schedule) stays on.
+            tuned=False,
             dags=[FIXTURES / "dags" / "aip97_scheduler_paths.py"],
             plugins=[FIXTURES / "plugins" / "aip97_recording_listeners.py"],
             config={
