@@ -28,6 +28,10 @@ MARKERS = {
     "postgres": "needs the PostgreSQL server from .ci/services.sh (missing, it is a failure)",
     "db": "needs the migrated Airflow metadata database",
     "requires_feature(*names)": "skip unless this release line's series carries the features",
+    # Upstream's, for the series' own unit tests run by tests/upstream_unit (its tests_common mirror).
+    "db_test": "the test needs the metadata database",
+    "need_serialized_dag": "dag_maker returns the serialized Dag",
+    "want_activate_assets": "accepted for compatibility; no effect here",
 }
 
 

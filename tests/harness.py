@@ -374,6 +374,13 @@ def sqlite_template(venv: str | Path) -> Path:
     return path
 
 
+def migrated_sqlite(venv: str | Path, directory: Path) -> str:
+    """The URL of ``directory/airflow.db``, a copy of ``venv``'s migrated SQLite template."""
+    target = Path(directory) / "airflow.db"
+    shutil.copyfile(sqlite_template(venv), target)
+    return f"sqlite:///{target}"
+
+
 @contextlib.contextmanager
 def migrated_database(
     prefix: str,
@@ -391,9 +398,7 @@ def migrated_database(
     if backend == "sqlite":
         if directory is None:
             raise ValueError("a SQLite database needs a directory")
-        target = Path(directory) / "airflow.db"
-        shutil.copyfile(sqlite_template(venv), target)
-        yield f"sqlite:///{target}"
+        yield migrated_sqlite(venv, directory)
         return
     if backend not in ("postgres", "postgresql"):
         raise ValueError(f"unknown database backend {backend!r} (sqlite or postgresql)")
@@ -869,6 +874,7 @@ __all__ = [
     "http_ok",
     "log_records",
     "migrated_database",
+    "migrated_sqlite",
     "pg_available",
     "pg_database",
     "pg_url",
