@@ -171,7 +171,7 @@ def test_dag_callback_that_arrives_while_the_file_is_being_parsed(stack):
         # database while the file is being parsed. Wait for it to have queued that request (its
         # debug line, see conftest.py) -- not only for no request to be pending, which holds before
         # the scheduler wrote one too.
-        queued = "Queuing DagCallbackRequest: "
+        queued = "Queuing DagCallbackRequest CallbackRequest: "
 
         def queued_at() -> int | None:
             text = stack.log_text("dag-processor")
