@@ -651,7 +651,10 @@ class Stack:
         self._dags = [Path(p) for p in dags]
         self._plugins = [Path(p) for p in plugins]
         self._owns_db = db_url is None
-        if db_url is None:
+        if db_url is not None:
+            backend = "sqlite" if db_url.startswith("sqlite") else "postgresql"
+            self.backend = backend
+        else:
             if backend == "sqlite":
                 db_url = f"sqlite:///{self.home / 'airflow.db'}"
             else:
@@ -795,9 +798,7 @@ class Stack:
         wanted = set(dag_ids)
 
         def parsed() -> bool:
-            rows = self.query("SELECT dag_id FROM dag WHERE dag_id = ANY(%(ids)s)" if self.backend != "sqlite"
-                              else "SELECT dag_id FROM dag", ids=list(wanted))
-            return wanted <= {r["dag_id"] for r in rows}
+            return wanted <= {r["dag_id"] for r in self.query("SELECT dag_id FROM dag")}
 
         self.wait_for(parsed, timeout=timeout, what=f"the Dag processor to parse {sorted(wanted)}",
                       logs=("dag-processor",))
