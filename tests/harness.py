@@ -149,6 +149,16 @@ def log_records(text: str, marker: str) -> list[dict[str, str]]:
     return records
 
 
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (no such process, or a zombie its parent has not reaped)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -879,6 +889,7 @@ __all__ = [
     "pg_available",
     "pg_database",
     "pg_url",
+    "process_gone",
     "private_redis",
     "query",
     "read_jsonl",

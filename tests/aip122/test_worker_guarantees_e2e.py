@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import FINISHED, Stack, read_jsonl
+from harness import FINISHED, Stack, process_gone, read_jsonl
 
 from lines import LIVE_TRIES, PAST_TRIES
 
@@ -57,15 +57,6 @@ def _wait_finished(stack: Stack, dag_id: str, timeout: float) -> dict[str, Any]:
     )
 
 
-def _gone(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 @pytest.mark.e2e
 @pytest.mark.timeout(180)
 def test_no_second_copy_of_a_try_after_a_lost_supervisor(stack: Stack):
@@ -78,7 +69,7 @@ def test_no_second_copy_of_a_try_after_a_lost_supervisor(stack: Stack):
     # Try 1's task process is gone (it would otherwise write for 30 s), so every write it made is in
     # the file now.
     (try1_pid,) = {r["pid"] for r in stack.jsonl("copy.jsonl") if r["try"] == 1}
-    assert _gone(try1_pid), f"try 1's task process {try1_pid} is still running"
+    assert process_gone(try1_pid), f"try 1's task process {try1_pid} is still running"
     records = stack.jsonl("copy.jsonl")
     try1 = [r["t"] for r in records if r["try"] == 1]
     try2_start = [r["t"] for r in records if r["try"] == 2 and r.get("start")]

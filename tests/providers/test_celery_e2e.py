@@ -17,21 +17,12 @@ from __future__ import annotations
 
 import pytest
 from _helpers import aip122_installed, core_supports_failure_cause
-from harness import FINISHED, Stack
+from harness import FINISHED, Stack, process_gone
 
 pytestmark = pytest.mark.requires_feature("aip-97-celery")
 
 DAG_ID, TASK_ID = "aip97_celery_lost_worker", "lose_worker"
 HEARTBEAT_TIMEOUT = 300  # far beyond the test: a failure seen within it came from the executor
-
-
-def _gone(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +41,7 @@ def celery_run(celery_stack: Stack):
         # Every write of try 1's task process is in the file once it is gone: at once if it died with
         # its pool child, as it must; after its 30 s of writing otherwise, which the tests then see.
         (try1_pid,) = {r["pid"] for r in stack.jsonl("copy.jsonl") if r["try"] == 1}
-        stack.wait_for(lambda: _gone(try1_pid), timeout=60, interval=0.2, what=f"try 1's process {try1_pid} gone")
+        stack.wait_for(lambda: process_gone(try1_pid), timeout=60, interval=0.2, what=f"try 1's process {try1_pid} gone")
         yield stack
     finally:
         stack.stop("celery-worker")
