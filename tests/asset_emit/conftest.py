@@ -64,6 +64,11 @@ class EmitStack(Stack):
             logs=("scheduler",),
         )
 
+    def task_logs(self, dag_id: str, run_id: str, chars: int = 4000) -> str:
+        """The end of each task log of the run (for the message of a failing assertion)."""
+        logs = sorted((self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}").rglob("*.log"))
+        return "\n".join(f"==== {p}\n{p.read_text(errors='replace')[-chars:]}" for p in logs)
+
     def events(self, asset_name: str) -> list[dict]:
         from sqlalchemy import select
 
