@@ -111,8 +111,9 @@ def test_default_config_fails_like_upstream(e2e_stack: Stack, scheduler):
     stack.trigger("aip122_default")
     tis = _wait_finished(stack, "aip122_default", 1, 90)
     elapsed = time.monotonic() - start
-    text = _log_once(stack, name, _failure_lines)
+    _log_once(stack, name, _failure_lines)
     stack.stop(name)
+    text = stack.log_text(name)  # all it logged, up to its stop
     ti = tis[("kill_once", -1)]
     # retries=0 and infrastructure retries disabled: the lost worker fails the task, as in 3.3.2.
     assert ti["state"] == "failed"
@@ -143,9 +144,10 @@ def test_infra_retries_end_to_end(e2e_stack: Stack, scheduler):
         ]
         return any(d["task_id"] == "opt_out" for d in failures) and bool(denials)
 
-    logs = [_log_once(stack, name, outcomes_logged)]
+    _log_once(stack, name, outcomes_logged)
     alive = proc.poll() is None
     stack.stop(name)
+    logs = [stack.log_text(name)]  # all it logged, up to its stop: a late duplicate counts too
     assert alive, "the scheduler died during the test"
 
     def row(task_id, map_index=-1):
