@@ -52,17 +52,19 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import UTC
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+import harness  # noqa: E402  (the harness of the tests: templates, the StatsD receiver)
+
 DAG_ID = "aip97_bench"
 N_TASKS = 50
 
@@ -226,33 +228,6 @@ def _worker(scenario: str, events: int) -> dict:
     }
 
 
-class StatsdReceiver:
-    """A UDP socket on loopback that receives (and counts) StatsD packets in a thread."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.packets = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sock.recv(65535)
-            except OSError:
-                continue
-            self.packets += 1
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
-
-
 def _base_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update(
@@ -268,16 +243,16 @@ def _base_env(home: Path) -> dict[str, str]:
 
 
 def _template_db(venv: Path, workdir: Path, rules: bool = False) -> Path:
-    """A migrated database with the benchmark Dag serialized, made once per venv and copied per run."""
-    home = workdir / f"template-{venv.name}-{abs(hash(str(venv)))}{'-rules' if rules else ''}"
+    """The harness's migrated template of ``venv`` with the benchmark Dag serialized, made once per venv."""
+    home = workdir / f"template-{venv.name}-{harness.wheels_key(venv)}{'-rules' if rules else ''}"
     db = home / "airflow.db"
     if db.exists():
         return db
     (home / "dags").mkdir(parents=True)
     (home / "dags" / "bench_dag.py").write_text(DAG_FILE_RULES if rules else DAG_FILE)
+    shutil.copy(harness.sqlite_template(venv), db)
     airflow = str(venv / "bin" / "airflow")
-    for cmd in (["db", "migrate"], ["dags", "reserialize"]):
-        subprocess.run([airflow, *cmd], env=_base_env(home), check=True, capture_output=True, cwd=home)
+    subprocess.run([airflow, "dags", "reserialize"], env=_base_env(home), check=True, capture_output=True, cwd=home)
     return db
 
 
@@ -362,16 +337,13 @@ def main() -> int:
         # Both sides run the patched build: the baseline is its Dag without rules.
         unpatched = args.patched
     if unpatched is None:
-        sys.path.insert(0, str(REPO / "tests"))
-        import harness
-
         # The same distributions on both sides (the patched .venv carries the celery,
         # cncf.kubernetes and amazon providers): only the patches differ.
         unpatched = harness.unpatched_venv(providers=True)
 
     scenarios = ["reported", "mismatch"] if args.scenario == "both" else [args.scenario]
     modes = ["off", "on"] if args.statsd == "both" else [args.statsd]
-    receiver = StatsdReceiver()
+    receiver = harness.StatsdReceiver().__enter__()
     n_expected = args.events // N_TASKS * N_TASKS
     base_label, label = ("no rules", "5 rules") if args.rules else ("unpatched", "patched")
     print(
@@ -467,7 +439,7 @@ def main() -> int:
                         flush=True,
                     )
     finally:
-        receiver.close()
+        receiver.__exit__(None, None, None)
     what = (
         f"calls ratio <= {args.target} and no more SQL statements per event"
         if args.rules

@@ -29,10 +29,7 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -41,7 +38,10 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-PG_ADMIN = "postgresql://postgres:postgres@127.0.0.1:5432/postgres"
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+import harness  # noqa: E402
 
 BENCH_DAG = """
 from __future__ import annotations
@@ -127,33 +127,6 @@ def bench_asset_emit_consumer():
 bench_asset_emit()
 bench_asset_emit_consumer()
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _psql(sql: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(PG_ADMIN)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-    finally:
-        conn.close()
-
-
-def _wait(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := pred():
-            return result
-        time.sleep(0.5)
-    raise TimeoutError(f"timed out waiting for {what}")
 
 
 def _stats(samples: list[float]) -> dict[str, float]:
@@ -321,69 +294,38 @@ def main() -> None:
     import httpx
 
     home = Path(tempfile.mkdtemp(prefix="bench-emit-"))
-    db = f"t_emit_bench_{uuid.uuid4().hex[:8]}"
-    port = _free_port()
-    api = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api}/execution/",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://postgres:postgres@127.0.0.1:5432/{db}",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex * 2,
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        "BENCH_CALLS": str(args.calls),
-        "BENCH_TRIGGERS": str(args.triggers),
-        "BENCH_API_URL": api,
-    }
-    (home / "dags").mkdir()
-    (home / "dags" / "bench_asset_emit.py").write_text(textwrap.dedent(BENCH_DAG))
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    procs: list[subprocess.Popen] = []
+    stack = harness.Stack(
+        "t_emit_bench",
+        home,
+        # Upstream's defaults but for a quick scheduler and Dag discovery, as before.
+        tuned=False,
+        config={
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "BENCH_CALLS": str(args.calls),
+            "BENCH_TRIGGERS": str(args.triggers),
+        },
+    )
+    stack.env.env["BENCH_API_URL"] = stack.api_url
+    (stack.dags_folder / "bench_asset_emit.py").write_text(textwrap.dedent(BENCH_DAG))
     ok = False
-    _psql(f'CREATE DATABASE "{db}"')
     try:
-        subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
-        for name in ("api-server", "dag-processor", "scheduler"):
-            log = open(home / f"{name}.log", "wb")
-            procs.append(
-                subprocess.Popen(
-                    [airflow, name], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            )
-        rest = httpx.Client(base_url=f"{api}/api/v2", timeout=30)
+        stack.start()
+        rest = httpx.Client(base_url=f"{stack.api_url}/api/v2", timeout=30)
 
         def up():
-            try:
-                return (
-                    rest.get("/dags", params={"dag_id_pattern": "bench_asset_emit"}).json()["total_entries"]
-                    >= 2
-                )
-            except (httpx.HTTPError, KeyError, ValueError):
-                return False
+            return rest.get("/dags", params={"dag_id_pattern": "bench_asset_emit"}).json()["total_entries"] >= 2
 
-        _wait(up, 180, "the api-server and the benchmark Dags")
-        run_id = f"bench_{uuid.uuid4().hex[:8]}"
-        rest.post(
-            "/dags/bench_asset_emit/dagRuns", json={"dag_run_id": run_id, "logical_date": None}
-        ).raise_for_status()
+        stack.wait_for(up, timeout=180, what="the benchmark Dags")
+        run_id = stack.trigger("bench_asset_emit")
 
         def finished():
             state = rest.get(f"/dags/bench_asset_emit/dagRuns/{run_id}").json()["state"]
             return state if state in ("success", "failed") else None
 
-        state = _wait(finished, 1800, "the benchmark task")
+        state = stack.wait_for(finished, timeout=1800, what="the benchmark task")
         if state != "success":
-            raise SystemExit(f"benchmark task {state}; see {home}/scheduler.log")
+            raise SystemExit(f"benchmark task {state}; see {home}/logs/scheduler.log")
         result = rest.get(
             f"/dags/bench_asset_emit/dagRuns/{run_id}/taskInstances/bench/xcomEntries/return_value"
         ).json()["value"]
@@ -395,27 +337,18 @@ def main() -> None:
             by_key = {r["partition_key"]: r for r in runs}
             return by_key if set(result["trigger_returned"]) <= set(by_key) else None
 
-        by_key = _wait(consumer_runs, 120, "the consumer runs")
+        by_key = stack.wait_for(consumer_runs, timeout=120, what="the consumer runs")
         lags = sorted(
             datetime.fromisoformat(by_key[key]["queued_at"]).timestamp() - returned
             for key, returned in result["trigger_returned"].items()
         )
 
-        for name, value in env.items():  # this process talks to the benchmark database too
-            os.environ[name] = value
+        os.environ.update(stack.process_env())  # this process talks to the benchmark database too
         server = _server_breakdown(result["ti_id"], "bench_emit_target", args.server_calls)
         _report(args, result["samples"], server, lags)
         ok = True
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        _psql(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        stack.stop()
         if ok:
             shutil.rmtree(home, ignore_errors=True)
         else:

@@ -24,19 +24,26 @@ DIRECTORY_FEATURES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Every marker of the suite, registered here only (pytest.ini runs with --strict-markers).
+MARKERS = {
+    "e2e": "end-to-end test with real Airflow processes (slow)",
+    "postgres": "needs the PostgreSQL server from .ci/services.sh (missing, it is a failure)",
+    "db": "needs the migrated Airflow metadata database",
+    "requires_feature(*names)": "skip unless this release line's series carries the features",
+    "image": "the patched image and its stand-in base, built and run in containers (tests/image)",
+    "line_independent": (
+        "tests pstool's own mechanics, the same code on every line: runs in the default line's session only"
+    ),
+    # Upstream's, for the series' own unit tests run by tests/upstream_unit (its tests_common mirror).
+    "db_test": "the test needs the metadata database",
+    "need_serialized_dag": "dag_maker returns the serialized Dag",
+    "want_activate_assets": "accepted for compatibility; no effect here",
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "e2e: end-to-end test with real Airflow processes (slow)")
-    config.addinivalue_line("markers", "postgres: needs the PostgreSQL server from .ci/services.sh")
-    config.addinivalue_line(
-        "markers", "image: the patched image and its stand-in base, built and run in containers (tests/image)"
-    )
-    config.addinivalue_line(
-        "markers", "requires_feature(*names): skip unless this release line's series carries the features"
-    )
-    config.addinivalue_line(
-        "markers",
-        "line_independent: tests pstool's own mechanics, the same code on every line: runs in the default line's session only",
-    )
+    for name, description in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")
 
 
 _NOT_COLLECTED: dict[str, str] = {}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from typing import Any
 
 
@@ -133,7 +132,6 @@ def executor_event_with_injected_fault(
     """
     import airflow  # noqa: F401 - configure Airflow from the environment
     from airflow.callbacks.database_callback_sink import DatabaseCallbackSink
-    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
@@ -177,7 +175,6 @@ def executor_event_with_injected_fault(
             error = repr(e)
         loops.append({**_snapshot((run_id, task_id)), "buffered": len(executor.event_buffer), "error": error})
     out.put({"loops": loops, "granted": result["granted"], "denied": result["denied"]})
-    assert SchedulerJobRunner  # the real runner class ran the loops
 
 
 def stuck_in_queued_racer(
@@ -187,7 +184,8 @@ def stuck_in_queued_racer(
     go: Any,
     kill_after_claim: bool,
     out: Any,
-    delay_after_go: float = 0.0,
+    claimed: Any = None,
+    wait_for_claim: Any = None,
 ) -> None:
     """
     One scheduler deciding a task instance stuck in queued (``infra``), in the HA race.
@@ -196,8 +194,9 @@ def stuck_in_queued_racer(
     event and waits for the ``go`` event, which the test sets once both racers have read the task
     instance: neither decides before both have read it. With
     ``dead_job_id`` the process first adopts that (dead) scheduler's task instances, as a
-    replacement scheduler does. With ``kill_after_claim`` it SIGKILLs itself right after its claim
-    succeeded, before its transaction commits; ``delay_after_go`` lets the other racer claim first.
+    replacement scheduler does. With ``kill_after_claim`` it sets ``claimed`` and SIGKILLs itself right
+    after its claim succeeded, before its transaction commits; a racer given ``wait_for_claim``
+    decides only once that event is set, so that the other one claims first, whatever the load.
     """
     import airflow  # noqa: F401 - configure Airflow from the environment
     from airflow.jobs import failure_reporting
@@ -217,7 +216,8 @@ def stuck_in_queued_racer(
         read.set()
         if not go.wait(timeout=60):
             raise RuntimeError("the other racer never read the task instance")
-        time.sleep(delay_after_go)
+        if wait_for_claim is not None and not wait_for_claim.wait(timeout=120):
+            raise RuntimeError("the other racer never claimed the decision")
         return tis
 
     runner._get_tis_stuck_in_queued = read_then_wait  # type: ignore[method-assign]
@@ -226,10 +226,12 @@ def stuck_in_queued_racer(
         real_claim = failure_reporting.claim_retry_decision
 
         def claim_then_die(ti, decision, *, session):
-            claimed = real_claim(ti, decision, session=session)
-            if claimed is not None:
+            got = real_claim(ti, decision, session=session)
+            if got is not None:
+                if claimed is not None:
+                    claimed.set()
                 os.kill(os.getpid(), signal.SIGKILL)
-            return claimed
+            return got
 
         failure_reporting.claim_retry_decision = claim_then_die  # type: ignore[assignment]
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -27,12 +26,13 @@ import pytest
 # Import (and so configure) Airflow before any fixture touches logging; conftest set its environment.
 import airflow  # noqa: F401
 
+import _db
 import scheduler_harness
 from _tries import pending_try
 
 pytestmark = [pytest.mark.usefixtures("db_env"), pytest.mark.postgres]
 
-DAG_ID = "aip122_db"
+DAG_ID = _db.DAG_ID
 SPAWN = multiprocessing.get_context("spawn")
 PENDING_TRY = pending_try(1)  # the live row's try_number once try 1 was granted a retry
 
@@ -47,16 +47,7 @@ def child_env(monkeypatch):
     monkeypatch.setenv("AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD", "30")
 
 
-def _session():
-    from airflow.utils.session import create_session
-
-    return create_session()
-
-
-def _dag(session):
-    from airflow.models.dagbag import DBDagBag
-
-    return DBDagBag(load_op_links=False).get_latest_version_of_dag(DAG_ID, session=session)
+_session = _db.session
 
 
 def _job(session, *, heartbeat_age: timedelta = timedelta(0)) -> int:
@@ -77,21 +68,9 @@ def _new_try(session, task_id: str, *, state: str, job_id: int) -> tuple[str, st
 
     from airflow._shared.timezones import timezone
     from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
-    run_id = f"aip122_atomic_{uuid.uuid4().hex[:10]}"
+    run_id = _db.new_run(session, "aip122_atomic")
     now = timezone.utcnow()
-    _dag(session).create_dagrun(
-        run_id=run_id,
-        logical_date=None,
-        data_interval=None,
-        run_after=now,
-        run_type=DagRunType.MANUAL,
-        triggered_by=DagRunTriggeredByType.TEST,
-        state=DagRunState.RUNNING,
-        session=session,
-    )
     ti = session.scalar(select(TI).where(TI.run_id == run_id, TI.task_id == task_id))
     ti.try_number = 1
     ti.state = state
@@ -217,15 +196,15 @@ def _race_round(kill_after_claim: bool) -> tuple[dict, list[dict], list[int | No
         _, run_id = _new_try(session, "r0", state="queued", job_id=dead_job)
 
     out = SPAWN.Queue()
-    a_read, b_read, go = SPAWN.Event(), SPAWN.Event(), SPAWN.Event()
+    a_read, b_read, go, a_claimed = SPAWN.Event(), SPAWN.Event(), SPAWN.Event(), SPAWN.Event()
     a = SPAWN.Process(
         target=scheduler_harness.stuck_in_queued_racer,
-        args=(dead_job, None, a_read, go, kill_after_claim, out),
+        args=(dead_job, None, a_read, go, kill_after_claim, out, a_claimed),
     )
     b = SPAWN.Process(
         target=scheduler_harness.stuck_in_queued_racer,
-        # In a kill round B waits a little after "go", so that A claims first and dies holding it.
-        args=(live_job, dead_job, b_read, go, False, out, 1.0 if kill_after_claim else 0.0),
+        # In a kill round B decides only once A has claimed, so that A dies holding the claim.
+        args=(live_job, dead_job, b_read, go, False, out, None, a_claimed if kill_after_claim else None),
     )
     a.start()
     try:

@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from datetime import timedelta
 
 import pytest
 
 # Import (and so configure) Airflow before any fixture touches logging; conftest set its environment.
 import airflow  # noqa: F401
+import _db
 from _tries import pending_try
 from lines import PAST_TRIES
 from lines import DEFAULT_LINE, LINE
 
 pytestmark = pytest.mark.usefixtures("db_env")
 
-DAG_ID = "aip122_db"
+DAG_ID = _db.DAG_ID
 INFRA = "infra"
 
 
@@ -71,38 +71,9 @@ def infra_config(monkeypatch):
     return set_
 
 
-def _session():
-    from airflow.utils.session import create_session
-
-    return create_session()
-
-
-def _dag(session):
-    from airflow.models.dagbag import DBDagBag
-
-    return DBDagBag(load_op_links=False).get_latest_version_of_dag(DAG_ID, session=session)
-
-
-def _new_run(session) -> str:
-    """Create a running manual Dag run (task instances included) and return its run_id."""
-    from airflow._shared.timezones import timezone
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunTriggeredByType, DagRunType
-
-    run_id = f"aip122_{uuid.uuid4().hex[:10]}"
-    now = timezone.utcnow()
-    _dag(session).create_dagrun(
-        run_id=run_id,
-        logical_date=None,
-        data_interval=None,
-        run_after=now,
-        run_type=DagRunType.MANUAL,
-        triggered_by=DagRunTriggeredByType.TEST,
-        state=DagRunState.RUNNING,
-        session=session,
-    )
-    session.commit()
-    return run_id
+_session = _db.session
+_dag = _db.dag
+_new_run = _db.new_run
 
 
 def _ti(session, run_id: str, task_id: str, map_index: int = -1):
@@ -466,13 +437,14 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
     task instances of the batch still being processed. Every grant in the batch must still be
     claimed once and saved (max_tries, infra_retry_count, delay), like process_executor_events does.
     """
-    from sqlalchemy import select
+    from sqlalchemy import inspect, select
     from sqlalchemy.orm import joinedload
 
     from airflow import settings
+    from airflow.callbacks.callback_requests import DagCallbackRequest
+    from airflow.callbacks.database_callback_sink import DatabaseCallbackSink
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.models.taskinstance_failure import decide_retry
-    from airflow.utils.session import create_session
     from airflow.utils.sqlalchemy import with_row_locks
 
     infra_config(max_infra_retries=3, delay=2)
@@ -482,6 +454,8 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
         for task_id in task_ids:
             _start_try(session, _ti(session, run_id, task_id), attach_task=False)
 
+    sink = DatabaseCallbackSink()
+    detached = []
     session = settings.Session()
     try:
         dag = _dag(session)
@@ -492,12 +466,24 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
             ti.task = dag.get_task(ti.task_id)
             decision = decide_retry(ti, failure_cause=INFRA)
             assert decision.infra_retry.granted
-            with create_session():  # what DatabaseCallbackSink.send does with the scoped session
-                pass
+            # The real sink, called as the scheduler calls it (no session: its own, the scoped one).
+            sink.send(
+                DagCallbackRequest(
+                    filepath="aip122_db_dag.py",
+                    bundle_name="dags-folder",
+                    bundle_version=None,
+                    dag_id=DAG_ID,
+                    run_id=run_id,
+                    msg=f"retry callback of {ti.task_id}",
+                )
+            )
+            detached.append(inspect(ti).detached)
             ti.handle_failure(error="lost", session=session, failure_cause=INFRA, retry_decision=decision)
     finally:
         settings.Session.remove()
 
+    # The sink did close the scheduler's session under the batch: the case this test is about.
+    assert detached == [True] * len(task_ids)
     with _session() as session:
         got = {t: _ti(session, run_id, t) for t in task_ids}
         assert {t: (ti.state, ti.max_tries, ti.infra_retry_count) for t, ti in got.items()} == {

@@ -41,8 +41,8 @@ REVISION, DOWN_REVISION, TABLES = _REVISIONS[lines.LINE]
 SOURCES = {"live": LIVE_TRIES, "past": PAST_TRIES}
 
 
-def _database(backend: str, tmp_path: Path) -> contextlib.AbstractContextManager[str]:
-    return harness.backend_database(backend, tmp_path, "t_aip122_mig")
+def _database(backend: str, tmp_path: Path, **kwargs) -> contextlib.AbstractContextManager[str]:
+    return harness.backend_database(backend, tmp_path, "t_aip122_mig", **kwargs)
 
 def _state(url: str) -> dict:
     engine = sa.create_engine(url)
@@ -84,10 +84,10 @@ def _state(url: str) -> dict:
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 @pytest.mark.timeout(240)
 def test_upgrade_and_downgrade_with_rows(backend, tmp_path):
-    with _database(backend, tmp_path) as url:
+    # At the head: a copy of the template `airflow db migrate` made for this venv build.
+    with _database(backend, tmp_path, migrated_by=VENV) as url:
         env = harness.AirflowEnv(VENV, tmp_path / "home", db_url=url)
         shutil.copy(HERE / "dags" / "aip122_mig_dag.py", env.dags_folder)
-        env.airflow("db", "migrate", timeout=300)
         env.airflow("dags", "test", "aip122_mig", timeout=180)
         head = _state(url)
         assert head["revision"] == REVISION

@@ -23,15 +23,6 @@ HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "e2e: end-to-end test with real Airflow processes (slow)"
-    )
-    config.addinivalue_line(
-        "markers", "postgres: needs the PostgreSQL server from .ci/services.sh"
-    )
-
-
 @pytest.fixture(scope="session")
 def patched_venv() -> Path:
     """The venv running pytest, which holds the patched wheels."""
@@ -41,11 +32,3 @@ def patched_venv() -> Path:
 @pytest.fixture(scope="session")
 def unpatched_venv() -> Path:
     return harness.unpatched_venv()  # the unpatched release of this session's line
-
-
-@pytest.fixture(scope="session")
-def require_postgres() -> None:
-    if not harness.pg_available():
-        pytest.fail(
-            "PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh"
-        )

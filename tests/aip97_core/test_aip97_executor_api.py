@@ -37,9 +37,17 @@ def _details(executor: BaseExecutor, key=KEY):
     return state, info, failure_details_from_event(state, info)
 
 
-def test_supports_failure_cause_is_advertised():
-    assert BaseExecutor.supports_failure_cause is True
-    assert getattr(OldStyleOverride(), "supports_failure_cause", False) is True
+@pytest.mark.parametrize("executor_class", [BaseExecutor, OldStyleOverride])
+def test_an_executor_that_feature_detects_the_cause_gets_it_recorded(executor_class):
+    """What a provider that also runs on older cores does: report the cause where the core says it can."""
+    executor = executor_class()
+    if getattr(executor, "supports_failure_cause", False):
+        executor.fail(KEY, None, failure_cause="infra", failure_reason="node lost")
+    else:  # an older core: the cause would be lost
+        executor.fail(KEY, None)
+    _, _, details = _details(executor)
+    assert details.failure_cause is TaskFailureCause.INFRA
+    assert details.failure_reason == "node lost"
 
 
 def test_fail_with_cause_keeps_a_two_tuple_and_the_original_info():

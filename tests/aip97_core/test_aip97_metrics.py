@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import harness
 import pytest
-from aip97_statsd_receiver import StatsdReceiver
+from harness import StatsdReceiver
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -53,7 +53,6 @@ def _wait_lines(receiver: StatsdReceiver, n: int) -> list[str]:
 
 @pytest.mark.timeout(90)
 def test_plain_statsd_uses_the_legacy_name_per_cause(tmp_path):
-    pytest.importorskip("statsd")
     with StatsdReceiver() as receiver:
         _run(
             tmp_path,
@@ -75,7 +74,6 @@ def test_plain_statsd_uses_the_legacy_name_per_cause(tmp_path):
 
 @pytest.mark.timeout(90)
 def test_statsd_with_influxdb_tags(tmp_path):
-    pytest.importorskip("statsd")
     with StatsdReceiver() as receiver:
         _run(
             tmp_path,

@@ -11,10 +11,8 @@ packets (InfluxDB-tagged) and the REST API responses.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import harness
 import lines
 import pytest
 import sqlalchemy as sa
-from aip97_statsd_receiver import StatsdReceiver
+from harness import StatsdReceiver
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -44,7 +42,6 @@ EXPECTED = {
 #: 3.3 allocates a retry's try number in schedule_tis() (1 -> 2); 3.4 when it archives the failed try,
 #: so its up_for_retry live row already carries the next try_number.
 ALLOCATES_TRY_ON_ARCHIVE = lines.LINE != lines.DEFAULT_LINE
-LOG_LINE = re.compile(r"Task instance failure recorded: (?P<body>.*)")
 
 
 @dataclass
@@ -74,37 +71,35 @@ def _ti_rows(url: str, table: str) -> list[dict]:
         engine.dispose()
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+_read_jsonl = harness.read_jsonl
 
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory, patched_venv) -> Scenario:
-    # The StatsD backend needs the 'statsd' package; without it only the metrics test is skipped.
-    have_statsd = importlib.util.find_spec("statsd") is not None
-    if not harness.pg_available():
-        pytest.fail(
-            "PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh"
-        )
     tmp = tmp_path_factory.mktemp("aip97_sched")
     listener_out, callback_out = tmp / "listener.jsonl", tmp / "callbacks.jsonl"
-    with StatsdReceiver() as statsd, harness.pg_database("t_aip97core_e2e") as url:
-        env = harness.AirflowEnv(
-            patched_venv,
+    with StatsdReceiver() as statsd:
+        stack = harness.Stack(
+            "t_aip97core_e2e",
             tmp / "home",
-            db_url=url,
-            extra_env={
+            venv=patched_venv,
+            # No api-server: the fault-injecting executor runs no task, it reports their failures.
+            components=("dag-processor", "scheduler"),
+            executor="aip97_fault_executor.FaultInjectingExecutor",
+            # The Dag runs @once: the scheduler's own Dag-run creation (use_job_schedule) stays on.
+            tuned=False,
+            dags=[FIXTURES / "dags" / "aip97_scheduler_paths.py"],
+            plugins=[FIXTURES / "plugins" / "aip97_recording_listeners.py"],
+            config={
                 "PYTHONPATH": str(FIXTURES / "pythonpath"),
-                "AIRFLOW__CORE__EXECUTOR": "aip97_fault_executor.FaultInjectingExecutor",
                 "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "4",
                 "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "1",
                 "AIRFLOW__SCHEDULER__NUM_STUCK_IN_QUEUED_RETRIES": "0",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "3",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "1",
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "1",
-                "AIRFLOW__METRICS__STATSD_ON": str(have_statsd),
+                # statsd is a test requirement (dev/requirements-test.txt): StatsD is always on here.
+                "AIRFLOW__METRICS__STATSD_ON": "True",
                 "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
                 "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
                 "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
@@ -113,20 +108,11 @@ def scenario(tmp_path_factory, patched_venv) -> Scenario:
                 "AIP97_CALLBACK_OUT": str(callback_out),
             },
         )
-        shutil.copy(FIXTURES / "dags" / "aip97_scheduler_paths.py", env.dags_folder)
-        (env.home / "plugins").mkdir(exist_ok=True)
-        shutil.copy(
-            FIXTURES / "plugins" / "aip97_recording_listeners.py", env.home / "plugins"
-        )
-        with env:
-            env.airflow("db", "migrate")
-            env.start("dag-processor")
-            env.start("scheduler")
+        with stack:
+            url = stack.db_url
 
             def done() -> bool:
-                rows = {
-                    r["task_id"]: r["state"] for r in _ti_rows(url, lines.LIVE_TRIES)
-                }
+                rows = {r["task_id"]: r["state"] for r in _ti_rows(url, lines.LIVE_TRIES)}
                 finished = all(rows.get(t) == "failed" for t in EXPECTED)
                 finished = finished and rows.get("downstream") == "upstream_failed"
                 finished = finished and rows.get("skipped_by_rule") == "skipped"
@@ -134,38 +120,22 @@ def scenario(tmp_path_factory, patched_venv) -> Scenario:
                 # infra_fail: retry + failure callback; legacy_fail: failure callback.
                 return finished and len(callbacks) >= 3
 
-            try:
-                harness.wait_for(
-                    done, timeout=80, interval=1, what="all task instances failed"
-                )
-            except TimeoutError:
-                print(env.log_text("scheduler")[-8000:])
-                print(env.log_text("dag-processor")[-4000:])
-                raise
-            env.stop("scheduler")
-            env.stop("dag-processor")
-        yield Scenario(
-            env=env,
-            url=url,
-            scheduler_log=env.log_text("scheduler"),
-            listener_records=_read_jsonl(listener_out),
-            callback_records=_read_jsonl(callback_out),
-            statsd_lines=list(statsd.lines),
-            listener_out=listener_out,
-        )
+            stack.wait_for(done, timeout=80, interval=1, what="all task instances failed")
+            stack.stop("scheduler")
+            stack.stop("dag-processor")
+            yield Scenario(
+                env=stack.env,
+                url=url,
+                scheduler_log=stack.log_text("scheduler"),
+                listener_records=_read_jsonl(listener_out),
+                callback_records=_read_jsonl(callback_out),
+                statsd_lines=list(statsd.lines),
+                listener_out=listener_out,
+            )
 
 
 def _log_lines(scenario: Scenario) -> list[dict[str, str]]:
-    out = []
-    for line in scenario.scheduler_log.splitlines():
-        m = LOG_LINE.search(line)
-        if not m:
-            continue
-        body = m.group("body")
-        fields = dict(re.findall(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)', body))
-        fields["failure_reason"] = json.loads(fields["failure_reason"])
-        out.append(fields)
-    return out
+    return harness.log_records(scenario.scheduler_log, "Task instance failure recorded:")
 
 
 @pytest.mark.e2e
@@ -258,9 +228,6 @@ def test_callback_context_carries_the_cause(scenario):
 @pytest.mark.e2e
 @pytest.mark.timeout(150)
 def test_statsd_metrics_carry_the_cause(scenario):
-    pytest.importorskip(
-        "statsd", reason="the StatsD metrics backend needs the 'statsd' package"
-    )
     lines = scenario.statsd_lines
 
     def count(prefix: str, *tags: str) -> int:

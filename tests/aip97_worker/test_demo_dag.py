@@ -12,15 +12,15 @@ DAG = "aip97_failure_causes"
 
 def test_demo_dag_causes(stack):
     stack.trigger(DAG)
-    raises = stack.wait_ti_state(DAG, "raises", {"failed", "success"}, timeout=120)
+    raises = stack.wait_ti(DAG, "raises", {"failed", "success"}, timeout=120)
     assert (raises["failure_cause"], raises["failure_reason"]) == (
         "application",
         "ValueError: the input file has no header row",
     )
-    times_out = stack.wait_ti_state(DAG, "times_out", {"failed", "success"}, timeout=120)
+    times_out = stack.wait_ti(DAG, "times_out", {"failed", "success"}, timeout=120)
     assert times_out["failure_cause"] == "timeout"
     # The worker dies on try 1 (infra, archived), try 2 succeeds and starts with a clean row.
-    lost = stack.wait_ti_state(DAG, "worker_lost", {"failed", "success"}, timeout=120)
+    lost = stack.wait_ti(DAG, "worker_lost", {"failed", "success"}, timeout=120)
     assert lost["state"] == "success" and lost["try_number"] == 2
     assert lost["failure_cause"] is None
     (first_try,) = stack.query(

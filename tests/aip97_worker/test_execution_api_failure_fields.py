@@ -23,7 +23,7 @@ PROBE = Path(__file__).with_name("_execution_api_probe.py")
 def probe(stack):
     stack.trigger("aip97w_api")
     for task_id in ("api_a", "api_b", "api_c", "api_d"):
-        stack.wait_ti_state("aip97w_api", task_id, {"success"}, timeout=120)
+        stack.wait_ti("aip97w_api", task_id, {"success"}, timeout=120)
         # The probe puts the TIs back to running: the scheduler must have consumed the executor's
         # event for each of them first, or it would see a running TI and fail it (state mismatch).
         wait_for(

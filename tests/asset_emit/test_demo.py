@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import DEMO_DAGS, wait_for
+from conftest import DEMO_DAGS
 
 pytestmark = [
     pytest.mark.e2e,
@@ -48,7 +48,7 @@ def test_demo_ingestion_resumes_and_consumers_run_per_batch(stack):
         runs = [r for r in _runs(stack, "asset_emit_batch_consumer") if r["state"] == "success"]
         return runs if {r["partition_key"] for r in runs} >= set(keys) else None
 
-    runs = wait_for(consumer_runs, 60, "a consumer run per batch")
+    runs = stack.wait_for(consumer_runs, timeout=60, what="a consumer run per batch")
     print("\n=== asset.emit() demo: ingestion ===")
     print(f"ingestion run {run_id}: try {ti['try_number']}, resumed after batch {result['resumed_after']}")
     for event in events:
@@ -66,18 +66,18 @@ def test_demo_failure_signal_starts_cleanup(stack):
     run_id = stack.trigger("asset_emit_nightly_export")
     assert stack.wait_run_finished("asset_emit_nightly_export", run_id) == "failed"
 
-    [signal] = wait_for(
+    [signal] = stack.wait_for(
         lambda: [e for e in stack.events("demo_cleanup_needed") if e["source_run_id"] == run_id],
-        60,
-        "the failure callback's signal",
+        timeout=60,
+        what="the failure callback's signal",
     )
     assert signal["extra"] == {"failed_dag": "asset_emit_nightly_export", "failed_run": run_id}
     assert signal["source_task_id"] is None
 
-    cleanup = wait_for(
+    cleanup = stack.wait_for(
         lambda: [r for r in _runs(stack, "asset_emit_cleanup") if r["state"] == "success"],
-        60,
-        "the cleanup run",
+        timeout=60,
+        what="the cleanup run",
     )
     print("\n=== asset.emit() demo: failure signal ===")
     print(f"  signal event {signal['id']} extra={signal['extra']} source run={signal['source_run_id']}")

@@ -445,16 +445,12 @@ def test_only_vouching_in_process_apis_may_state_a_source(stack, seed_ti):
 
 def test_db_clean_removes_idempotency_keys_with_their_events(stack, seed_ti):
     """``airflow db clean`` on asset_event takes the key rows along (ON DELETE CASCADE)."""
-    import os
-    import subprocess
-
     from datetime import timezone
 
     from sqlalchemy import update
 
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
-    from conftest import AIRFLOW, TEST_ENV
 
     token = stack.token_for(seed_ti["id"])
     old_keys = [f"auto-{uuid.uuid4()}", f"clean-user-{uuid.uuid4()}"]
@@ -470,22 +466,17 @@ def test_db_clean_removes_idempotency_keys_with_their_events(stack, seed_ti):
             .where(AssetEvent.id.in_([ids[k] for k in old_keys]))
             .values(timestamp=datetime(2001, 1, 1, tzinfo=timezone.utc))
         )
-    proc = subprocess.run(
-        [
-            AIRFLOW,
-            "db",
-            "clean",
-            "--clean-before-timestamp",
-            "2002-01-01T00:00:00+00:00",
-            "--tables",
-            "asset_event",
-            "--skip-archive",
-            "--yes",
-        ],
-        env={**os.environ, **TEST_ENV},
-        capture_output=True,
-        text=True,
+    proc = stack.env.airflow(
+        "db",
+        "clean",
+        "--clean-before-timestamp",
+        "2002-01-01T00:00:00+00:00",
+        "--tables",
+        "asset_event",
+        "--skip-archive",
+        "--yes",
         timeout=180,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     remaining = {e["id"] for e in stack.events(ASSET)}

@@ -10,15 +10,12 @@ and for assets only red uses. Nothing is written when it is refused.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import uuid
 
 import httpx
 import pytest
-
-from conftest import AIRFLOW, EXECUTION_API_VERSION, TEST_ENV, _free_port, wait_for
+from conftest import EXECUTION_API_VERSION
+from harness import free_port, http_ok
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -87,39 +84,24 @@ def teams_world(stack):
 
 @pytest.fixture(scope="module")
 def team_api(stack, teams_world):
-    """An api-server with multi-team on, on the same database as the stack."""
-    port = _free_port()
-    log = open(stack.home / "api-server-teams.log", "wb")
-    proc = subprocess.Popen(
-        [AIRFLOW, "api-server"],
-        env={
-            **os.environ,
-            **TEST_ENV,
-            "AIRFLOW__CORE__MULTI_TEAM": "True",
-            "AIRFLOW__API__PORT": str(port),
-        },
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    """A second api-server with multi-team on, on the stack's database (its own configuration)."""
+    port = free_port()
+    stack.start_component(
+        "api-server",
+        name="api-server-teams",
+        config={"AIRFLOW__CORE__MULTI_TEAM": "True", "AIRFLOW__API__PORT": str(port)},
     )
     url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"{url}/api/v2/monitor/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        wait_for(up, 90, "the multi-team api-server")
+        stack.wait_for(
+            lambda: http_ok(f"{url}/api/v2/monitor/health"),
+            timeout=90,
+            what="the multi-team api-server",
+            logs=("api-server-teams",),
+        )
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        stack.stop("api-server-teams")
 
 
 def _emit(url: str, token: str, body: dict) -> httpx.Response:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import importlib.metadata
-import os
-import subprocess
-import uuid
+import sys
 
+import harness
 import pytest
-
-from conftest import AIRFLOW, PG_ADMIN_URL, TEST_ENV, _psql
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -21,52 +18,34 @@ REVISION, PREVIOUS = _REVISIONS[_LINE]
 
 
 def _tables(url: str) -> set[str]:
-    import psycopg2
-
-    conn = psycopg2.connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("select tablename from pg_tables where schemaname = 'public'")
-            tables = {row[0] for row in cur.fetchall()}
-            cur.execute("select version_num from alembic_version")
-            tables.add("@" + cur.fetchone()[0])
-            return tables
-    finally:
-        conn.close()
+    tables = {
+        r["tablename"]
+        for r in harness.query(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    }
+    (version,) = harness.query(url, "SELECT version_num FROM alembic_version")
+    return tables | {"@" + version["version_num"]}
 
 
-def test_migration_downgrade_and_upgrade():
-    name = f"t_emit_mig_{uuid.uuid4().hex[:8]}"
-    url = f"postgresql+psycopg2://postgres:postgres@127.0.0.1:5432/{name}"
-    raw = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    env = {**os.environ, **TEST_ENV, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url}
-    _psql(f'CREATE DATABASE "{name}"')
-    try:
+def test_migration_downgrade_and_upgrade(tmp_path):
+    # From an empty database: the migrations up to this one are what is tested, no template.
+    with harness.backend_database("postgresql", tmp_path, "t_emit_mig") as url:
+        env = harness.AirflowEnv(sys.prefix, tmp_path / "home", db_url=url)
 
         def run(*args: str) -> None:
-            subprocess.run([AIRFLOW, "db", *args], env=env, check=True, capture_output=True, timeout=200)
+            env.airflow("db", *args, timeout=200)
 
         # Later features chain their migrations after this one: pin the revision under test.
         run("migrate", "--to-revision", REVISION)
-        assert {"asset_event_idempotency_key", f"@{REVISION}"} <= _tables(raw)
+        assert {"asset_event_idempotency_key", f"@{REVISION}"} <= _tables(url)
         run("downgrade", "-r", PREVIOUS, "-y")
-        after_down = _tables(raw)
+        after_down = _tables(url)
         assert "asset_event_idempotency_key" not in after_down and f"@{PREVIOUS}" in after_down
         run("migrate", "--to-revision", REVISION)
-        assert {"asset_event_idempotency_key", f"@{REVISION}"} <= _tables(raw)
+        assert {"asset_event_idempotency_key", f"@{REVISION}"} <= _tables(url)
         run("migrate")  # and on to the head of the whole series
-        assert "asset_event_idempotency_key" in _tables(raw)
-        import psycopg2
-
-        conn = psycopg2.connect(raw)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    "select pg_get_constraintdef(oid) from pg_constraint "
-                    "where conname = 'asset_event_idempotency_key_pkey'"
-                )
-                assert cur.fetchone()[0] == "PRIMARY KEY (asset_id, idempotency_key)"
-        finally:
-            conn.close()
-    finally:
-        _psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        assert "asset_event_idempotency_key" in _tables(url)
+        (pkey,) = harness.query(
+            url,
+            "SELECT pg_get_constraintdef(oid) AS d FROM pg_constraint WHERE conname = 'asset_event_idempotency_key_pkey'",
+        )
+        assert pkey["d"] == "PRIMARY KEY (asset_id, idempotency_key)"

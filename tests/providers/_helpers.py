@@ -6,11 +6,25 @@ from typing import Any
 
 import lines
 
-#: The Redis database numbers of this line's Celery tests (test_celery_e2e.py, then
-#: test_celery_failure_cause.py and the modules that share its fixture). The 3.3 and 3.4 suites may
-#: run at the same time against the one Redis of .ci/services.sh, and each test flushes its database.
-REDIS_DBS: dict[str, tuple[int, int]] = {"3.3": (12, 13), "3.4": (14, 15)}
-REDIS_DB_E2E, REDIS_DB_IN_PROCESS = REDIS_DBS[lines.LINE]
+#: The Redis database number of this line's in-process Celery tests (test_celery_failure_cause.py and
+#: the modules that share its fixture). The 3.3 and 3.4 suites may run at the same time against the
+#: one Redis of .ci/services.sh, and each test flushes its database. (The end-to-end tests run a
+#: private ``redis-server``: conftest.py's ``celery_stack``.)
+REDIS_DBS: dict[str, int] = {"3.3": 13, "3.4": 15}
+REDIS_DB_IN_PROCESS = REDIS_DBS[lines.LINE]
+
+
+def aip122_installed() -> bool:
+    """Whether the installed core has AIP-122 (``[core] max_infra_retries`` in its config.yml)."""
+    from pathlib import Path
+
+    import yaml
+
+    import airflow
+
+    config_yml = Path(airflow.__file__).parent / "config_templates" / "config.yml"
+    core = yaml.safe_load(config_yml.read_text())["core"]["options"]
+    return "max_infra_retries" in core
 
 
 

@@ -105,9 +105,9 @@ def test_feature_alone_migrates_a_real_database_up_and_down(line: str, feature: 
         head = _heads_map_head(tree)
         unpatched = harness.unpatched_venv(line=line)
         home = tmp_path / "home"
-        url = f"sqlite:///{tmp_path / 'airflow.db'}"
+        # What the unpatched release's `airflow db migrate` makes (its template, made once per venv).
+        url = harness.migrated_sqlite(unpatched, tmp_path)
         old = harness.AirflowEnv(unpatched, home, db_url=url)
-        old.airflow("db", "migrate")
         assert _schema(url)[0] == BASE_HEAD[line]
         overlay = f"{tree / 'airflow-core/src'}:{tree / 'task-sdk/src'}"
         new = harness.AirflowEnv(unpatched, home, db_url=url, extra_env={"PYTHONPATH": overlay})

@@ -6,7 +6,6 @@ import importlib.metadata
 import json
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -63,10 +62,23 @@ def test_installed_core_ships_the_dist_built_from_the_patched_source() -> None:
     assert "infra-retries" in code
 
 
-def test_second_build_with_unchanged_ui_uses_the_cache() -> None:
-    started = time.monotonic()
+def test_second_build_with_unchanged_ui_uses_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the UI source unchanged (the install built it), build_dist() runs no tool: no rebuild."""
+    ran: list[str] = []
+    real_run = ui._run
+
+    def recording_run(tc, cwd, *args, **kwargs):
+        ran.append(kwargs.get("what") or " ".join(map(str, args)))
+        return real_run(tc, cwd, *args, **kwargs)
+
+    monkeypatch.setattr(ui, "_run", recording_run)
+    cached = ui.ui_cache() / "dist" / ui.source_key(TREE)
+    marker = next(p for p in (cached / "index.html", cached / ".vite" / "manifest.json") if p.exists())
+    built_at = marker.stat().st_mtime_ns
     dist = ui.build_dist(TREE)
-    assert time.monotonic() - started < 10, "ui/dist was rebuilt although the UI source is unchanged"
+    assert ran == [], f"ui/dist was rebuilt although the UI source is unchanged: {ran}"
+    assert marker.stat().st_mtime_ns == built_at
+    assert dist == cached
     assert dist.parent == ui.ui_cache() / "dist"
     assert dist.name == ui.source_key(TREE)
 

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,9 +28,8 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(ROOT / "dev"))
 
 import lines  # noqa: E402
-from harness import AirflowEnv, free_port, pg_available, pg_database, wait_for  # noqa: E402
+from harness import Stack  # noqa: E402
 
-VENV = Path(sys.executable).parent.parent
 DAG_ID = "ui_failure_causes"
 ARTIFACTS = ROOT / "build" / "test-artifacts" / "ui"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -49,51 +46,28 @@ def _rest(base: str, path: str) -> Any:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if not pg_available():
-        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium package (.ci/run does)")
-    home = tmp_path_factory.mktemp("uie2e")
-    port = free_port()
-    env = {
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__MAX_INFRA_RETRIES": "1",
-        "AIRFLOW__CORE__INFRA_RETRY_DELAY": "1",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__API_AUTH__JWT_SECRET": "uie2e-" + uuid.uuid4().hex,
-        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
-        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-    }
-    with pg_database("t_ui_e2e") as db_url:
-        af = AirflowEnv(VENV, home, db_url=db_url, extra_env=env)
-        shutil.copy(HERE / "dags" / "ui_failure_dags.py", af.dags_folder)
-        try:
-            af.airflow("db", "migrate", timeout=300)
-            af.start("api-server")
-            af.start("dag-processor")
-            af.start("scheduler")
-            base = f"http://127.0.0.1:{port}"
-            wait_for(lambda: _rest(base, f"/dags/{DAG_ID}"), timeout=120, what="dag parsed and api up")
-            af.airflow("dags", "trigger", DAG_ID, timeout=120)
+    with Stack(
+        "t_ui_e2e",
+        tmp_path_factory.mktemp("uie2e"),
+        dags=[HERE / "dags" / "ui_failure_dags.py"],
+        config={"AIRFLOW__CORE__MAX_INFRA_RETRIES": "1", "AIRFLOW__CORE__INFRA_RETRY_DELAY": "1"},
+    ) as af:
+        base = af.api_url
+        af.trigger(DAG_ID)
 
-            def finished():
-                runs = _rest(base, f"/dags/{DAG_ID}/dagRuns")["dag_runs"]
-                if not runs:
-                    return None
-                run_id = runs[0]["dag_run_id"]
-                tis = _rest(base, f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances")["task_instances"]
-                done = len(tis) == 3 and all(t["state"] in ("failed", "success") for t in tis)
-                return (run_id, {t["task_id"]: t for t in tis}) if done else None
+        def finished():
+            runs = _rest(base, f"/dags/{DAG_ID}/dagRuns")["dag_runs"]
+            if not runs:
+                return None
+            run_id = runs[0]["dag_run_id"]
+            tis = _rest(base, f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances")["task_instances"]
+            done = len(tis) == 3 and all(t["state"] in ("failed", "success") for t in tis)
+            return (run_id, {t["task_id"]: t for t in tis}) if done else None
 
-            run_id, tis = wait_for(finished, timeout=240, interval=2, what="all tasks finished")
-            yield {"base": base, "run_id": run_id, "tis": tis, "home": home}
-        finally:
-            af.stop()
+        run_id, tis = af.wait_for(finished, timeout=240, interval=2, what="all tasks finished")
+        yield {"base": base, "run_id": run_id, "tis": tis, "home": af.home}
 
 
 def _ui_dir() -> Path:

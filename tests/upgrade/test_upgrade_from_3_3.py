@@ -60,30 +60,21 @@ def venv34() -> Path:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PATCHSET_", "VIRTUAL_ENV"))}
         env.update(PATCHSET_LINE="3.4", PYTHONPATH=str(REPO / "dev"))
         proc = subprocess.run(
-            [sys.executable, "-m", "pstool", "install"], env=env, cwd=REPO, capture_output=True, text=True, timeout=1500
+            [sys.executable, "-m", "pstool", "install"],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=1500, check=False,
         )
         assert proc.returncode == 0, f"installing the 3.4 line failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert harness.venv_python_ok(VENV34), f"no 3.4 venv at {VENV34}"
     return VENV34
 
 
-def _http_ok(url: str) -> bool:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return resp.status == 200
-
-
 def _database(backend: str, tmp_path: Path) -> contextlib.AbstractContextManager[str]:
-    return harness.backend_database(backend, tmp_path, "t_upgrade_33_34")
+    """A database at the 3.3 line's head (a copy of the template ``airflow db migrate`` made for .venv)."""
+    return harness.backend_database(backend, tmp_path, "t_upgrade_33_34", migrated_by=VENV33)
+
 
 def _rows(url: str, sql: str) -> list[dict[str, Any]]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return [dict(r) for r in conn.execute(sa.text(sql)).mappings()]
-    finally:
-        engine.dispose()
+    return harness.query(url, sql)
 
 
 def _norm_id(value: Any) -> str:
@@ -93,50 +84,30 @@ def _norm_id(value: Any) -> str:
 
 def _make_patched_33_database(url: str, home: Path) -> None:
     """Run the Dags on the patched 3.3.2 stack until every run has finished."""
-    port = harness.free_port()
-    common = {
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__CORE__MAX_INFRA_RETRIES": "1",
-        "AIRFLOW__CORE__INFRA_RETRY_DELAY": "1",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__API_AUTH__JWT_SECRET": "upgrade-" + uuid.uuid4().hex,
-        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
-        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
-        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-    }
-    with harness.AirflowEnv(VENV33, home, db_url=url, extra_env=common) as env:
-        shutil.copy(HERE / "dags" / "upgrade_dags.py", env.dags_folder)
-        env.airflow("db", "migrate", timeout=300)
-        env.start("api-server")
-        harness.wait_for(
-            lambda: _http_ok(f"http://127.0.0.1:{port}/execution/health"), timeout=180, what="api-server"
-        )
-        env.start("dag-processor")
-        env.start("scheduler")
+    with harness.Stack(
+        "t_upgrade_33",
+        home,
+        venv=VENV33,
+        db_url=url,
+        dags=[HERE / "dags" / "upgrade_dags.py"],
+        config={
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__MAX_INFRA_RETRIES": "1",
+            "AIRFLOW__CORE__INFRA_RETRY_DELAY": "1",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
+        },
+    ) as stack:
         for dag_id in DAGS:
-            harness.wait_for(
-                lambda d=dag_id: _rows(url, f"SELECT 1 FROM dag WHERE dag_id = '{d}'"),
-                timeout=120,
-                what=f"{dag_id} parsed",
-            )
-            env.airflow("dags", "trigger", dag_id, timeout=120)
+            stack.trigger(dag_id)
 
         def finished() -> bool:
             runs = _rows(url, "SELECT dag_id, state FROM dag_run")
             return len(runs) == len(DAGS) and all(r["state"] in ("success", "failed") for r in runs)
 
         try:
-            harness.wait_for(finished, timeout=240, interval=1, what="every Dag run finished")
+            stack.wait_for(finished, timeout=240, interval=1, what="every Dag run finished")
         except TimeoutError:
             print(_rows(url, "SELECT dag_id, task_id, state, try_number FROM task_instance"))
-            for name in list(env.procs):
-                print(f"==== {name}\n", env.log_text(name)[-4000:])
             raise
 
 

@@ -224,8 +224,7 @@ def test_prepare_and_restore_on_postgresql_with_uuid_ids(up, tmp_path):
     sys.path.insert(0, str(REPO / "tests"))
     import harness
 
-    if not harness.pg_available():
-        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
+    harness.require_postgres()
     live, archived = "0190a0b0-0000-7000-8000-000000000001", "0190a0b0-0000-7000-8000-000000000002"
     with harness.pg_database("t_upgrade_prep") as url:
         raw = sa.create_engine(url)

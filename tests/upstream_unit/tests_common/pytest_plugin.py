@@ -45,10 +45,8 @@ DEFAULT_DATE = datetime(2016, 1, 1, tzinfo=UTC)
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "db_test: the test needs the metadata database")
-    config.addinivalue_line("markers", "need_serialized_dag: dag_maker returns the serialized Dag")
-    config.addinivalue_line("markers", "want_activate_assets: accepted for compatibility; no effect here")
+# Upstream's markers (db_test, need_serialized_dag, want_activate_assets) are registered with the
+# suite's own in tests/conftest.py.
 
 
 @pytest.fixture(scope="session", autouse=True)
