@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
-from harness import wait_for
+from harness import Stack
 from lines import LIVE_TRIES, PAST_TRIES
-from rr_stack import airflow_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -36,7 +35,6 @@ WINDOW = 8.0
 STORM_SECONDS = 24.0
 
 COMMON = {
-    "AIRFLOW__CORE__EXECUTOR": "storm_executor.StormExecutor",
     "AIRFLOW__CORE__PARALLELISM": "12",
     "AIRFLOW__CORE__MAX_INFRA_RETRIES": str(CAP),
     "AIRFLOW__CORE__INFRA_RETRY_DELAY": "1",
@@ -44,6 +42,18 @@ COMMON = {
     "AIRFLOW__SCHEDULER__INFRA_RETRY_STORM_WINDOW": str(WINDOW),
     "AIRFLOW__SCHEDULER__MAX_TIS_PER_QUERY": "64",
 }
+
+
+@pytest.fixture(scope="module")
+def stack(retry_rules_stack) -> Iterator[Stack]:
+    """api-server and Dag processor with the storm executor; the test starts a scheduler per guard setting."""
+    with retry_rules_stack(
+        dag_files=["storm_dags.py"],
+        config=COMMON,
+        executor="storm_executor.StormExecutor",
+        components=("api-server", "dag-processor"),
+    ) as stack:
+        yield stack
 
 
 def _tries(stack, dag_id: str) -> list[dict]:
@@ -74,103 +84,104 @@ def _states(stack, dag_id: str) -> dict[str, dict]:
     return {r["task_id"]: r for r in rows}
 
 
-def test_storm_guard_bounds_the_tries_and_loses_no_budget(tmp_path: Path) -> None:
-    with airflow_stack(tmp_path, dag_files=["storm_dags.py"], extra_env=COMMON, start_scheduler=False) as stack:
-        # --- 1. Without the guard --------------------------------------------------------------
-        dag_id = "storm_unguarded"
-        (stack.out / f"storm-{dag_id}").touch()
-        unguarded = stack.start_scheduler("scheduler-unguarded", {"AIRFLOW__SCHEDULER__INFRA_RETRY_STORM_THRESHOLD": "0"})
-        try:
-            stack.trigger(dag_id)
-            all_failed = wait_for(
-                lambda: (s := _states(stack, dag_id))
-                and len(s) == N_TASKS
-                and all(t["state"] == "failed" for t in s.values())
-                and s,
-                timeout=240,
-                interval=1,
-                what="every unguarded task failed",
-            )
-        finally:
-            unguarded.stop()
-        unguarded_times = [t["t"] for t in _tries(stack, dag_id)]
-        unguarded_rate = _per_minute(unguarded_times)
-        # Each task spent its whole infrastructure allowance on the storm and failed.
-        assert {t["infra_retry_count"] for t in all_failed.values()} == {CAP}
-        assert len(unguarded_times) == N_TASKS * (CAP + 1)
-
-        # --- 2. With the guard ----------------------------------------------------------------
-        dag_id = "storm_guarded"
-        flag = stack.out / f"storm-{dag_id}"
-        flag.touch()
-        guarded = stack.start_scheduler(
-            "scheduler-guarded", {"AIRFLOW__SCHEDULER__INFRA_RETRY_STORM_THRESHOLD": str(THRESHOLD)}
+def test_storm_guard_bounds_the_tries_and_loses_no_budget(stack: Stack) -> None:
+    # --- 1. Without the guard --------------------------------------------------------------
+    dag_id = "storm_unguarded"
+    (stack.out / f"storm-{dag_id}").touch()
+    stack.start_component(
+        "scheduler", name="scheduler-unguarded", config={"AIRFLOW__SCHEDULER__INFRA_RETRY_STORM_THRESHOLD": "0"}
+    )
+    try:
+        stack.trigger(dag_id)
+        all_failed = stack.wait_for(
+            lambda: (s := _states(stack, dag_id))
+            and len(s) == N_TASKS
+            and all(t["state"] == "failed" for t in s.values())
+            and s,
+            timeout=240,
+            interval=1,
+            what="every unguarded task failed",
         )
-        try:
-            stack.trigger(dag_id)
-            wait_for(lambda: _tries(stack, dag_id), timeout=120, what="the first guarded try")
-            storm_start = min(t["t"] for t in _tries(stack, dag_id))
-            time.sleep(max(0.0, storm_start + STORM_SECONDS - time.time()))
-            flag.unlink()
-            storm_end = time.time()
-            done = wait_for(
-                lambda: (s := _states(stack, dag_id))
-                and all(t["state"] in ("success", "failed") for t in s.values())
-                and len(s) == N_TASKS
-                and s,
-                timeout=300,
-                interval=1,
-                what="every guarded task finished",
-            )
-            log = wait_for(
-                lambda: (text := guarded.log_text("scheduler-guarded"))
-                and "Infrastructure retry storm guard released" in text
-                and text,
-                timeout=60,
-                what="the guard's release line",
-            )
-        finally:
-            guarded.stop()
+    finally:
+        stack.stop("scheduler-unguarded")
+    unguarded_times = [t["t"] for t in _tries(stack, dag_id)]
+    unguarded_rate = _per_minute(unguarded_times)
+    # Each task spent its whole infrastructure allowance on the storm and failed.
+    assert {t["infra_retry_count"] for t in all_failed.values()} == {CAP}
+    assert len(unguarded_times) == N_TASKS * (CAP + 1)
 
-        tries = _tries(stack, dag_id)
-        lost = [t["t"] for t in tries if t["lost"]]
-        retries_in_storm = [t["t"] for t in tries if t["lost"] and t["try_number"] > 1 and t["t"] <= storm_end]
-        guarded_rate = _per_minute([t for t in lost if t <= storm_end])
-        print(
-            f"\ntries started per minute while every try is lost: without the guard {unguarded_rate:.0f} "
-            f"({len(unguarded_times)} tries in {max(unguarded_times) - min(unguarded_times):.1f} s), "
-            f"with the guard {guarded_rate:.0f} ({len(lost)} tries in {storm_end - storm_start:.1f} s); "
-            f"most retries started in any {WINDOW:g} s window with the guard: "
-            f"{_max_in_window(retries_in_storm, WINDOW)} (threshold {THRESHOLD}); retries during the guarded "
-            f"storm: {len(retries_in_storm)} (bound {STORM_SECONDS * THRESHOLD / WINDOW + THRESHOLD:g})"
+    # --- 2. With the guard ----------------------------------------------------------------
+    dag_id = "storm_guarded"
+    flag = stack.out / f"storm-{dag_id}"
+    flag.touch()
+    stack.start_component(
+        "scheduler", name="scheduler-guarded", config={"AIRFLOW__SCHEDULER__INFRA_RETRY_STORM_THRESHOLD": str(THRESHOLD)}
+    )
+    try:
+        stack.trigger(dag_id)
+        stack.wait_for(lambda: _tries(stack, dag_id), timeout=120, what="the first guarded try")
+        storm_start = min(t["t"] for t in _tries(stack, dag_id))
+        time.sleep(max(0.0, storm_start + STORM_SECONDS - time.time()))
+        flag.unlink()
+        storm_end = time.time()
+        done = stack.wait_for(
+            lambda: (s := _states(stack, dag_id))
+            and all(t["state"] in ("success", "failed") for t in s.values())
+            and len(s) == N_TASKS
+            and s,
+            timeout=300,
+            interval=1,
+            what="every guarded task finished",
         )
-
-        # The guard engaged and released once each, with one line each.
-        engaged = re.findall(r"Infrastructure retry storm guard engaged: executor=(\S+) queue=(\S+)", log)
-        released = re.findall(r"Infrastructure retry storm guard released: executor=(\S+) queue=(\S+)", log)
-        assert engaged == [("storm_executor.StormExecutor", "default")]
-        assert released == [("storm_executor.StormExecutor", "default")]
-        assert re.search(r"Infrastructure retry decision: infra_retry=granted .* held_for=[1-9]", log)
-
-        # The bound: held retries become due at release slots WINDOW / THRESHOLD apart, so during the
-        # storm at most STORM_SECONDS / spacing of them start; the retries granted before the guard
-        # engaged (fewer than THRESHOLD failures) come on top, once. (A scheduler loop that stalls can
-        # start several due retries together, so the bound is over the storm, not per instant.)
-        bound = STORM_SECONDS * THRESHOLD / WINDOW + THRESHOLD
-        assert len(retries_in_storm) <= bound, (len(retries_in_storm), bound)
-        bound_per_minute = bound / STORM_SECONDS * 60
-        assert unguarded_rate > 2 * bound_per_minute, (unguarded_rate, bound_per_minute)
-
-        # No budget lost: every task completed, no infrastructure retry was denied, and each counted
-        # retry is one try the storm took.
-        assert {t["state"] for t in done.values()} == {"success"}
-        assert "infra_retry=denied" not in log
-        lost_tries = stack.query(
-            f"SELECT task_id, count(*) AS n FROM {PAST_TRIES} WHERE dag_id = %(d)s AND failure_cause = 'infra' "
-            "GROUP BY task_id",
-            d=dag_id,
+        log = stack.wait_for(
+            lambda: (text := stack.log_text("scheduler-guarded"))
+            and "Infrastructure retry storm guard released" in text
+            and text,
+            timeout=60,
+            what="the guard's release line",
         )
-        lost_by_task = {r["task_id"]: r["n"] for r in lost_tries}
-        for task_id, ti in done.items():
-            assert ti["infra_retry_count"] == lost_by_task.get(task_id, 0) < CAP, (task_id, ti)
-            assert ti["try_number"] == ti["infra_retry_count"] + 1
+    finally:
+        stack.stop("scheduler-guarded")
+
+    tries = _tries(stack, dag_id)
+    lost = [t["t"] for t in tries if t["lost"]]
+    retries_in_storm = [t["t"] for t in tries if t["lost"] and t["try_number"] > 1 and t["t"] <= storm_end]
+    guarded_rate = _per_minute([t for t in lost if t <= storm_end])
+    print(
+        f"\ntries started per minute while every try is lost: without the guard {unguarded_rate:.0f} "
+        f"({len(unguarded_times)} tries in {max(unguarded_times) - min(unguarded_times):.1f} s), "
+        f"with the guard {guarded_rate:.0f} ({len(lost)} tries in {storm_end - storm_start:.1f} s); "
+        f"most retries started in any {WINDOW:g} s window with the guard: "
+        f"{_max_in_window(retries_in_storm, WINDOW)} (threshold {THRESHOLD}); retries during the guarded "
+        f"storm: {len(retries_in_storm)} (bound {STORM_SECONDS * THRESHOLD / WINDOW + THRESHOLD:g})"
+    )
+
+    # The guard engaged and released once each, with one line each.
+    engaged = re.findall(r"Infrastructure retry storm guard engaged: executor=(\S+) queue=(\S+)", log)
+    released = re.findall(r"Infrastructure retry storm guard released: executor=(\S+) queue=(\S+)", log)
+    assert engaged == [("storm_executor.StormExecutor", "default")]
+    assert released == [("storm_executor.StormExecutor", "default")]
+    assert re.search(r"Infrastructure retry decision: infra_retry=granted .* held_for=[1-9]", log)
+
+    # The bound: held retries become due at release slots WINDOW / THRESHOLD apart, so during the
+    # storm at most STORM_SECONDS / spacing of them start; the retries granted before the guard
+    # engaged (fewer than THRESHOLD failures) come on top, once. (A scheduler loop that stalls can
+    # start several due retries together, so the bound is over the storm, not per instant.)
+    bound = STORM_SECONDS * THRESHOLD / WINDOW + THRESHOLD
+    assert len(retries_in_storm) <= bound, (len(retries_in_storm), bound)
+    bound_per_minute = bound / STORM_SECONDS * 60
+    assert unguarded_rate > 2 * bound_per_minute, (unguarded_rate, bound_per_minute)
+
+    # No budget lost: every task completed, no infrastructure retry was denied, and each counted
+    # retry is one try the storm took.
+    assert {t["state"] for t in done.values()} == {"success"}
+    assert "infra_retry=denied" not in log
+    lost_tries = stack.query(
+        f"SELECT task_id, count(*) AS n FROM {PAST_TRIES} WHERE dag_id = %(d)s AND failure_cause = 'infra' "
+        "GROUP BY task_id",
+        d=dag_id,
+    )
+    lost_by_task = {r["task_id"]: r["n"] for r in lost_tries}
+    for task_id, ti in done.items():
+        assert ti["infra_retry_count"] == lost_by_task.get(task_id, 0) < CAP, (task_id, ti)
+        assert ti["try_number"] == ti["infra_retry_count"] + 1
