@@ -96,7 +96,7 @@ def http_ok(url: str, *, timeout: float = 5) -> bool:
 def query(db_url: str, sql: str, **params: Any) -> list[dict[str, Any]]:
     """Run one statement on a metadata database (PostgreSQL or SQLite) and commit; return its rows.
 
-    Parameters are written ``%(name)s`` (psycopg2's style) for both backends.
+    Parameters are written ``%(name)s`` and a literal ``%`` is ``%%`` (psycopg2's style), for both backends.
     """
     if db_url.startswith("sqlite"):
         import sqlite3
@@ -104,7 +104,7 @@ def query(db_url: str, sql: str, **params: Any) -> list[dict[str, Any]]:
         conn = sqlite3.connect(db_url.split(":///", 1)[1], timeout=30)
         conn.row_factory = sqlite3.Row
         try:
-            cur = conn.execute(re.sub(r"%\((\w+)\)s", r":\1", sql), params)
+            cur = conn.execute(re.sub(r"%\((\w+)\)s", r":\1", sql).replace("%%", "%"), params)
             rows = [dict(r) for r in cur.fetchall()] if cur.description else []
             conn.commit()
             return rows
