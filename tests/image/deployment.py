@@ -1,10 +1,11 @@
 """Airflow run from an image the way a deployment runs it: one container per component.
 
 Used by tests/image and benchmarks/celery_worker_restart_containers.py. Every container runs with
-``--network=host`` (no container network is needed; PostgreSQL and Redis are the host's, from
-.ci/services.sh), the engine flags of ``pstool.image.Engine`` (runc and the machine's ulimits on
-podman), and the environment of the deployment; each has its own name (a per-deployment prefix) and
-label, and :meth:`Deployment.remove` (also on ``__exit__``) removes every container it created.
+``--network=host`` (no container network is needed: PostgreSQL is the host's, from .ci/services.sh,
+and the broker a ``redis-server`` the caller runs on the host, ``harness.private_redis``), the engine
+flags of ``pstool.image.Engine`` (runc and the machine's ulimits on podman), and the environment of
+the deployment; each has its own name (a per-deployment prefix) and label, and
+:meth:`Deployment.remove` (also on ``__exit__``) removes every container it created.
 The host network is shared, so every port is the deployment's own: the api-server's, and the log
 servers of the triggerer and of each worker.
 
@@ -33,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from harness import free_port, wait_for  # noqa: E402
+from harness import free_port, read_jsonl, wait_for  # noqa: E402
 from pstool.image import Engine  # noqa: E402
 
 #: Container paths of the host directories a deployment mounts.
@@ -208,7 +209,4 @@ class Deployment:
 
     def records(self, run_id: str) -> list[dict]:
         """What the held task (tests/providers/dags/aip97_celery_worker_restart.py) wrote for a run."""
-        path = self.dir["out"] / f"{run_id.replace(':', '_')}.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return read_jsonl(self.dir["out"] / f"{run_id.replace(':', '_')}.jsonl")

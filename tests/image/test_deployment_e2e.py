@@ -2,8 +2,8 @@
 
 One deployment for the module, from the patched image on this line's stand-in base: ``airflow db
 migrate``, then the api-server, scheduler (CeleryExecutor), Dag processor and triggerer, each in its
-own container on the PostgreSQL of .ci/services.sh (a database of its own) and its Redis (a database
-number of its own: 10 for the 3.3 line, 11 for 3.4; tests/providers uses 12-15), and two Celery workers
+own container on the PostgreSQL of .ci/services.sh (a database of its own) and a ``redis-server`` of its
+own on the host (``harness.private_redis``), and two Celery workers
 in containers started with ``--hostname worker-1`` / ``--hostname worker-2``, whose Celery node names
 are therefore ``celery@worker-1`` / ``celery@worker-2`` (the aip-97-celery restart detection keys on
 the node name; the test reads worker-1's announcement under that name). ``[core] max_infra_retries``
@@ -42,7 +42,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from deployment import Deployment  # noqa: E402
-from harness import free_port, pg_available, pg_database, wait_for  # noqa: E402
+from harness import free_port, pg_database, private_redis, require_postgres, wait_for  # noqa: E402
 
 import lines  # noqa: E402
 
@@ -51,8 +51,6 @@ pytestmark = [
     pytest.mark.requires_feature("asset-emit", "aip-97", "aip-97-celery", "aip-122"),
 ]
 
-#: This directory's Redis database per line (tests/operations uses 10/11, tests/providers/_helpers.py 12-15).
-REDIS_DBS = {"3.3": 8, "3.4": 9}
 HEARTBEAT_TIMEOUT = 60
 HOLD_DAG = REPO / "tests" / "providers" / "dags" / "aip97_celery_worker_restart.py"
 W1_DAG, W2_DAG = "aip97_celery_worker_restart", "aip97_celery_worker_restart_w2"
@@ -72,22 +70,20 @@ default_line_only = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def redis_db():
+def redis_db(tmp_path_factory):
+    """The deployment's broker and result backend: a ``redis-server`` of its own on the host (``--network=host``)."""
     import redis
 
-    client = redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DBS[lines.LINE])
-    client.ping()
-    client.flushdb()
-    yield client
-    client.flushdb()
-    client.close()
+    with private_redis(tmp_path_factory.mktemp("redis")) as port:
+        client = redis.Redis(host="127.0.0.1", port=port)
+        yield client
+        client.close()
 
 
 @pytest.fixture(scope="module")
 def deployment(engine, patched, redis_db, tmp_path_factory):
-    if not pg_available():
-        pytest.fail("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh")
-    broker = f"redis://127.0.0.1:6379/{REDIS_DBS[lines.LINE]}"
+    require_postgres()
+    broker = f"redis://127.0.0.1:{redis_db.connection_pool.connection_kwargs['port']}/0"
     started = time.monotonic()
     with pg_database("t_image") as db_url:
         env = {
