@@ -122,7 +122,7 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 1_000_000])
     args = parser.parse_args()
     if not harness.pg_available():
-        print("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh", file=sys.stderr)
+        print(harness.PG_UNREACHABLE, file=sys.stderr)
         return 1
     results = []
     for rows in args.sizes:

@@ -34,36 +34,21 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 import harness  # noqa: E402
+from _lost_try import dag_file, events, outcome  # noqa: E402
 
 DAG_ID = "aip122_recovery"
-DAG_FILE = f'''
-import json, os, signal, time
-from datetime import datetime
-from airflow.sdk import DAG, task
-
-OUT = os.environ["AIP122_BENCH_OUT"]
-
-with DAG("{DAG_ID}", schedule=None, start_date=datetime(2024, 1, 1), catchup=False):
-
-    @task(retries=1)
-    def lose_worker_once(ti=None):
-        now = time.time()
-        with open(os.path.join(OUT, "events.jsonl"), "a") as f:
-            f.write(json.dumps({{"try_number": ti.try_number, "started": now}}) + "\\n")
-        if ti.try_number == 1:
-            time.sleep(2)
-            with open(os.path.join(OUT, "events.jsonl"), "a") as f:
-                f.write(json.dumps({{"try_number": 1, "killed": time.time()}}) + "\\n")
-            os.kill(os.getppid(), signal.SIGKILL)
-            os.kill(os.getpid(), signal.SIGKILL)
-        return "ok"
-
-    lose_worker_once()
-'''
-
-
-def _events(out: Path) -> list[dict]:
-    return harness.read_jsonl(out / "events.jsonl")
+#: The task SIGKILLs its worker (its supervisor) and itself on try 1, two seconds after it started.
+DAG_FILE = dag_file(
+    DAG_ID,
+    "lose_worker_once",
+    "AIP122_BENCH_OUT",
+    """
+    time.sleep(2)
+    record({"try_number": 1, "killed": time.time()})
+    os.kill(os.getppid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """,
+)
 
 
 def measure(venv: Path, extra_env: dict[str, str], timeout: float, label: str) -> dict:
@@ -87,21 +72,13 @@ def measure(venv: Path, extra_env: dict[str, str], timeout: float, label: str) -
             stack.trigger(DAG_ID)
 
             def second_try_running():
-                return any(e.get("try_number") == 2 and "started" in e for e in _events(stack.out))
+                return any(e.get("try_number") == 2 and "started" in e for e in events(stack.out))
 
             stack.wait_for(second_try_running, timeout=timeout, interval=1, what=f"{label}: try 2 running")
-            stack.wait_ti(DAG_ID, None, {"success"}, timeout=120)
-            # Read with SQL: the unpatched database has no AIP-97/AIP-122 columns (.get() is None).
-            (live,) = stack.query("SELECT * FROM task_instance WHERE dag_id = %(d)s", d=DAG_ID)
-            (try1,) = stack.query(
-                "SELECT * FROM task_instance_history WHERE dag_id = %(d)s AND try_number = 1", d=DAG_ID
-            )
-        ti = {key: live.get(key) for key in ("state", "try_number", "max_tries", "infra_retry_count")}
-        ti["try1_cause"] = str(try1.get("failure_cause"))
-        ti["try1_ended"] = try1["end_date"].timestamp()
-        events = _events(stack.out)
-    killed = next(e["killed"] for e in events if "killed" in e)
-    restarted = next(e["started"] for e in events if e.get("try_number") == 2 and "started" in e)
+            ti = outcome(stack, DAG_ID)
+        recorded = events(stack.out)
+    killed = next(e["killed"] for e in recorded if "killed" in e)
+    restarted = next(e["started"] for e in recorded if e.get("try_number") == 2 and "started" in e)
     return {"recovery_s": restarted - killed, "detected_s": ti.pop("try1_ended") - killed, **ti}
 
 
@@ -114,7 +91,7 @@ def main() -> int:
     parser.add_argument("--unpatched-timeout", type=float, default=1200)
     args = parser.parse_args()
     if not harness.pg_available():
-        print("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh", file=sys.stderr)
+        print(harness.PG_UNREACHABLE, file=sys.stderr)
         return 1
 
     patched = measure(Path(sys.prefix), {"AIRFLOW__CORE__MAX_INFRA_RETRIES": "1"}, 180, "patched")

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,35 +43,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 import harness  # noqa: E402
+from _lost_try import dag_file, events, outcome  # noqa: E402
 
 DAG_ID = "celery_worker_restart_bench"
 NODE = "bench-node"
-DAG_FILE = f'''
-import json, os, time
-from datetime import datetime
-from airflow.sdk import DAG, task
+#: The task holds its first try until its worker is killed.
+DAG_FILE = dag_file(DAG_ID, "hold", "CELERY_BENCH_OUT", "time.sleep(3600)")
 
-OUT = os.environ["CELERY_BENCH_OUT"]
 
-with DAG("{DAG_ID}", schedule=None, start_date=datetime(2024, 1, 1), catchup=False):
-
-    @task(retries=1)
-    def hold(ti=None):
-        with open(os.path.join(OUT, "events.jsonl"), "a") as f:
-            f.write(json.dumps({{"try_number": ti.try_number, "started": time.time()}}) + "\\n")
-        if ti.try_number == 1:
-            time.sleep(3600)  # until its worker is killed
-        return "ok"
-
-    hold()
-'''
 def unpatched_celery_venv() -> Path:
     """The line's unpatched release with every pinned, unpatched provider (celery among them)."""
     return harness.unpatched_venv(providers=True)
-
-
-def _events(out: Path) -> list[dict]:
-    return harness.read_jsonl(out / "events.jsonl")
 
 
 def measure(venv: Path, extra_env: dict[str, str], timeout: float, label: str) -> dict:
@@ -97,7 +78,7 @@ def measure(venv: Path, extra_env: dict[str, str], timeout: float, label: str) -
             stack.start_worker("worker-1", "--celery-hostname", NODE)
             stack.trigger(DAG_ID)
             stack.wait_for(
-                lambda: any(e["try_number"] == 1 for e in _events(stack.out)),
+                lambda: any(e["try_number"] == 1 for e in events(stack.out)),
                 timeout=180,
                 interval=0.5,
                 what=f"{label}: try 1 running",
@@ -109,22 +90,14 @@ def measure(venv: Path, extra_env: dict[str, str], timeout: float, label: str) -
             restarted = time.time()
             stack.start_worker("worker-2", "--celery-hostname", NODE)
             stack.wait_for(
-                lambda: any(e["try_number"] == 2 for e in _events(stack.out)),
+                lambda: any(e["try_number"] == 2 for e in events(stack.out)),
                 timeout=timeout,
                 interval=1,
                 what=f"{label}: try 2 running",
             )
-            stack.wait_ti(DAG_ID, None, {"success"}, timeout=120)
-            # Read with SQL: the unpatched database has no AIP-97/AIP-122 columns (.get() is None).
-            (live,) = stack.query("SELECT * FROM task_instance WHERE dag_id = %(d)s", d=DAG_ID)
-            (try1,) = stack.query(
-                "SELECT * FROM task_instance_history WHERE dag_id = %(d)s AND try_number = 1", d=DAG_ID
-            )
-        ti = {key: live.get(key) for key in ("state", "try_number", "max_tries", "infra_retry_count")}
-        ti["try1_cause"] = str(try1.get("failure_cause"))
-        ti["try1_ended"] = try1["end_date"].timestamp()
-        events = _events(stack.out)
-    second = next(e["started"] for e in events if e["try_number"] == 2)
+            ti = outcome(stack, DAG_ID)
+        recorded = events(stack.out)
+    second = next(e["started"] for e in recorded if e["try_number"] == 2)
     return {"recovery_s": second - restarted, "detected_s": ti.pop("try1_ended") - restarted, **ti}
 
 
@@ -136,7 +109,7 @@ def main() -> int:
     parser.add_argument("--unpatched-timeout", type=float, default=1200)
     args = parser.parse_args()
     if not harness.pg_available():
-        print("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh", file=sys.stderr)
+        print(harness.PG_UNREACHABLE, file=sys.stderr)
         return 1
 
     patched = measure(Path(sys.prefix), {"AIRFLOW__CORE__MAX_INFRA_RETRIES": "1"}, 300, "patched")

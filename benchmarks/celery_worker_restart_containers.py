@@ -52,7 +52,8 @@ sys.path.insert(0, str(REPO / "dev"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import harness  # noqa: E402
-from celery_worker_restart import DAG_FILE, DAG_ID, _events, redis_server  # noqa: E402
+from _lost_try import events  # noqa: E402
+from celery_worker_restart import DAG_FILE, DAG_ID  # noqa: E402
 from deployment import OUT, Deployment  # noqa: E402
 
 
@@ -61,7 +62,7 @@ def measure(engine, image: str, extra_env: dict[str, str], timeout: float, label
     with TemporaryDirectory(prefix=f"celery_ctr_bench_{label}_") as tmp, harness.pg_database(f"t_ctr_bench_{label}") as url:
         home = Path(tmp)
         (home / "dag.py").write_text(DAG_FILE)
-        with redis_server(home) as redis_port:
+        with harness.private_redis(home / "redis") as redis_port:
             broker = f"redis://127.0.0.1:{redis_port}/0"
             env = {
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
@@ -82,18 +83,18 @@ def measure(engine, image: str, extra_env: dict[str, str], timeout: float, label
                 dep.wait_parsed([DAG_ID])
                 run_id = dep.trigger(DAG_ID)
                 out = dep.dir["out"]
-                harness.wait_for(lambda: any(e["try_number"] == 1 for e in _events(out)), timeout=300, what=f"{label}: try 1")
+                harness.wait_for(lambda: any(e["try_number"] == 1 for e in events(out)), timeout=300, what=f"{label}: try 1")
                 time.sleep(2)
                 dep.kill("worker-1")
                 restarted = dep.restart("worker-1")
                 harness.wait_for(
-                    lambda: any(e["try_number"] == 2 for e in _events(out)), timeout=timeout, interval=1, what=f"{label}: try 2"
+                    lambda: any(e["try_number"] == 2 for e in events(out)), timeout=timeout, interval=1, what=f"{label}: try 2"
                 )
                 harness.wait_for(
                     lambda: dep.run_state(DAG_ID, run_id) in ("success", "failed"), timeout=120, what=f"{label}: run finished"
                 )
                 tries = dep.tries(DAG_ID, run_id, "hold")
-        second = next(e["started"] for e in _events(out) if e["try_number"] == 2)
+        second = next(e["started"] for e in events(out) if e["try_number"] == 2)
     final = tries[-1]
     infra = final.get("infra_retry_count") or 0
     return {
@@ -112,7 +113,7 @@ def main() -> int:
     parser.add_argument("--unpatched-timeout", type=float, default=1200)
     args = parser.parse_args()
     if not harness.pg_available():
-        print("PostgreSQL at 127.0.0.1:5432 is not reachable; run .ci/services.sh", file=sys.stderr)
+        print(harness.PG_UNREACHABLE, file=sys.stderr)
         return 1
     from pstool.image import base_image, detect_engine, image
 
