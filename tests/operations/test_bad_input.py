@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import PATCHED_VENV, rows
+from conftest import PATCHED_VENV
 
 import harness
 
@@ -40,7 +40,7 @@ BAD_VALUES = [
 def test_scheduler_refuses_a_bad_infra_retry_option(
     state_db: str, tmp_path: Path, option: str, value: str, message: str
 ) -> None:
-    before = {table: rows(state_db, f"SELECT COUNT(*) AS n FROM {table}")[0]["n"] for table in TABLES}
+    before = {table: harness.query(state_db, f"SELECT COUNT(*) AS n FROM {table}")[0]["n"] for table in TABLES}
     env = harness.AirflowEnv(
         PATCHED_VENV,
         tmp_path / "home",
@@ -52,5 +52,5 @@ def test_scheduler_refuses_a_bad_infra_retry_option(
     assert proc.returncode != 0, output[-3000:]
     assert message in output, output[-3000:]
     assert "AirflowConfigException" in output
-    after = {table: rows(state_db, f"SELECT COUNT(*) AS n FROM {table}")[0]["n"] for table in TABLES}
+    after = {table: harness.query(state_db, f"SELECT COUNT(*) AS n FROM {table}")[0]["n"] for table in TABLES}
     assert after == before

@@ -20,10 +20,8 @@ import pytest
 from conftest import (
     MIXED_DAGS_FILE,
     PATCHED_VENV,
-    REDIS_DB,
-    airflow_stack,
     companion,
-    rows,
+    ops_stack,
     run_dags,
 )
 
@@ -39,7 +37,7 @@ def _tries(url: str) -> dict[str, list[tuple[int, str, str | None]]]:
     """Each mixed task's tries: (try_number, state, failure_cause), past ones first."""
     tries: dict[str, list[tuple[int, str, str | None]]] = {}
     for source in (lines.PAST_TRIES, lines.LIVE_TRIES):
-        for r in rows(url, f"SELECT task_id, try_number, state, failure_cause FROM {source} ORDER BY try_number"):
+        for r in harness.query(url, f"SELECT task_id, try_number, state, failure_cause FROM {source} ORDER BY try_number"):
             tries.setdefault(r["task_id"], []).append((r["try_number"], r["state"], r["failure_cause"]))
     return tries
 
@@ -48,32 +46,24 @@ def _tries(url: str) -> dict[str, list[tuple[int, str, str | None]]]:
 @pytest.mark.postgres
 @pytest.mark.timeout(600)
 def test_unpatched_celery_worker_with_patched_api_server_and_scheduler(tmp_path: Path) -> None:
-    import redis
-
-    broker = redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB)
-    broker.ping()
-    broker.flushdb()
     vanilla_full = harness.unpatched_venv(providers=True)
     settings = {
-        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
-        "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
-        "AIRFLOW__CELERY__RESULT_BACKEND": f"redis://127.0.0.1:6379/{REDIS_DB}",
         "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1",
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": HEARTBEAT_TIMEOUT,
     }
-    with harness.backend_database("postgresql", tmp_path, "t_ops_mixed_celery") as url:
-        with (
-            airflow_stack(PATCHED_VENV, tmp_path / "home", url, (MIXED_DAGS_FILE,), settings=settings) as env,
-            companion(env, vanilla_full) as worker_env,
-        ):
-            worker_env.start("celery", "worker", "--concurrency", "1", name="celery-worker-3.3.2")
-            try:
-                run_dags(env, url, MIXED_DAGS, timeout=240)
-            except BaseException:
-                print("==== celery-worker-3.3.2\n", worker_env.log_text("celery-worker-3.3.2")[-5000:])
-                raise
-        runs = {r["dag_id"]: r["state"] for r in rows(url, "SELECT dag_id, state FROM dag_run")}
-        tries = _tries(url)
+    # The patched api-server, Dag processor and scheduler (CeleryExecutor, the stack's own redis-server)
+    # on a copy of the patched template; the unpatched worker in the same home, with the same settings.
+    with (
+        ops_stack(
+            "t_ops_mixed_celery", PATCHED_VENV, tmp_path / "home", (MIXED_DAGS_FILE,),
+            config=settings, executor="CeleryExecutor",
+        ) as stack,
+        companion(stack, vanilla_full) as worker_env,
+    ):
+        worker_env.start("celery", "worker", "--concurrency", "1", name="celery-worker-3.3.2")
+        run_dags(stack, MIXED_DAGS, timeout=240, logs=("scheduler", "celery-worker-3.3.2"))
+        runs = {r["dag_id"]: r["state"] for r in stack.query("SELECT dag_id, state FROM dag_run")}
+        tries = _tries(stack.db_url)
     assert runs == {"mixed_ok": "success", "mixed_fail": "failed"}
     assert tries["ok"] == [(1, "success", None)]
     # Retried once as on vanilla Airflow; the older worker sent no cause: recorded as unknown.
@@ -84,25 +74,21 @@ def test_unpatched_celery_worker_with_patched_api_server_and_scheduler(tmp_path:
 @pytest.mark.timeout(600)
 def test_patched_worker_against_an_older_api_server(tmp_path: Path, vanilla_venv: Path) -> None:
     settings = {"AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": HEARTBEAT_TIMEOUT}
-    url = f"sqlite:///{tmp_path / 'airflow.db'}"
-    # The older api-server is up on its own schema; then the patched build migrates and its scheduler
-    # (with the LocalExecutor's patched workers) starts.
+    # The older api-server is up on its own schema (a copy of the vanilla build's SQLite template); then
+    # the patched build migrates and its scheduler (with the LocalExecutor's patched workers) starts.
     with (
-        airflow_stack(
-            vanilla_venv, tmp_path / "home", url, (MIXED_DAGS_FILE,), settings=settings, components=("api-server",)
-        ) as api_env,
-        companion(api_env, PATCHED_VENV) as env,
+        ops_stack(
+            "t_ops_older_api", vanilla_venv, tmp_path / "home", (MIXED_DAGS_FILE,),
+            backend="sqlite", config=settings, components=("api-server",),
+        ) as api_stack,
+        companion(api_stack, PATCHED_VENV) as env,
     ):
         env.airflow("db", "migrate", timeout=600)
         env.start("dag-processor")
         env.start("scheduler")
-        try:
-            run_dags(env, url, MIXED_DAGS, timeout=180)
-        except BaseException:
-            for name in env.procs:
-                print(f"==== {name}\n", env.log_text(name)[-5000:])
-            raise
-    runs = {r["dag_id"]: r["state"] for r in rows(url, "SELECT dag_id, state FROM dag_run")}
+        run_dags(api_stack, MIXED_DAGS, timeout=180, cli=env, logs=("api-server", "dag-processor", "scheduler"))
+    url = api_stack.db_url
+    runs = {r["dag_id"]: r["state"] for r in harness.query(url, "SELECT dag_id, state FROM dag_run")}
     assert runs == {"mixed_ok": "success", "mixed_fail": "failed"}
     tries = _tries(url)
     assert tries["ok"] == [(1, "success", None)]

@@ -31,9 +31,8 @@ from conftest import (
     STATE_DAGS_FILE,
     VANILLA_DAGS_FILE,
     VANILLA_HEAD,
-    airflow_stack,
     build_patched_state,
-    rows,
+    ops_stack,
     run_dags,
 )
 
@@ -47,7 +46,7 @@ HISTORY = lines.LINE == lines.DEFAULT_LINE  # 3.3 keeps past tries in task_insta
 
 
 def _revision(url: str) -> str:
-    return rows(url, "SELECT version_num FROM alembic_version")[0]["version_num"]
+    return harness.query(url, "SELECT version_num FROM alembic_version")[0]["version_num"]
 
 
 def _schema(url: str) -> dict[str, Any]:
@@ -68,14 +67,14 @@ def _schema(url: str) -> dict[str, Any]:
 def _kept(url: str) -> dict[str, Any]:
     """What a rollback must keep: every Dag run, try and asset event, with its identity and state."""
     snapshot = {
-        "dag_run": rows(url, "SELECT id, dag_id, run_id, state FROM dag_run ORDER BY id"),
-        "task_instance": rows(
+        "dag_run": harness.query(url, "SELECT id, dag_id, run_id, state FROM dag_run ORDER BY id"),
+        "task_instance": harness.query(
             url, "SELECT id, dag_id, task_id, run_id, try_number, state FROM task_instance ORDER BY id"
         ),
-        "asset_event": rows(url, "SELECT id, asset_id, extra, timestamp FROM asset_event ORDER BY id"),
+        "asset_event": harness.query(url, "SELECT id, asset_id, extra, timestamp FROM asset_event ORDER BY id"),
     }
     if HISTORY:
-        snapshot["task_instance_history"] = rows(
+        snapshot["task_instance_history"] = harness.query(
             url,
             "SELECT task_instance_id AS id, dag_id, task_id, run_id, try_number, state FROM task_instance_history ORDER BY task_instance_id",
         )
@@ -88,20 +87,23 @@ def _kept(url: str) -> dict[str, Any]:
 def _state_present(url: str) -> None:
     """The database holds every kind of state the patch set adds (the premise of the test)."""
     past = lines.PAST_TRIES
-    causes = {r["c"] for r in rows(url, f"SELECT DISTINCT failure_cause AS c FROM {past}")}
-    causes |= {r["c"] for r in rows(url, f"SELECT DISTINCT failure_cause AS c FROM {lines.LIVE_TRIES}")}
+    causes = {r["c"] for r in harness.query(url, f"SELECT DISTINCT failure_cause AS c FROM {past}")}
+    causes |= {r["c"] for r in harness.query(url, f"SELECT DISTINCT failure_cause AS c FROM {lines.LIVE_TRIES}")}
     assert {"infra", "application", "timeout"} <= causes, causes
-    granted = rows(url, f"SELECT task_id, infra_retry_count FROM {lines.LIVE_TRIES} WHERE infra_retry_count > 0")
+    granted = harness.query(url, f"SELECT task_id, infra_retry_count FROM {lines.LIVE_TRIES} WHERE infra_retry_count > 0")
     assert {(r["task_id"], r["infra_retry_count"]) for r in granted} == {("lose_worker_once", 1), ("lose_always", 1)}
-    assert rows(url, f"SELECT 1 FROM {past} WHERE failure_cause = 'infra'"), "no history row of an infra try"
-    assert len(rows(url, f"SELECT idempotency_key FROM {PATCH_TABLE}")) == 2
+    assert harness.query(url, f"SELECT 1 FROM {past} WHERE failure_cause = 'infra'"), "no history row of an infra try"
+    assert len(harness.query(url, f"SELECT idempotency_key FROM {PATCH_TABLE}")) == 2
 
 
 @pytest.mark.e2e
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_rollback_to_vanilla(backend: str, tmp_path: Path, vanilla_venv: Path, request) -> None:
-    with harness.backend_database(backend, tmp_path, "t_ops_rollback") as url:
+    # PostgreSQL: a copy of the patched build's migrated template, filled here; SQLite: a copy of the
+    # session's filled database.
+    migrated_by = PATCHED_VENV if backend == "postgresql" else None
+    with harness.backend_database(backend, tmp_path, "t_ops_rollback", migrated_by=migrated_by) as url:
         if backend == "sqlite":
             shutil.copy(request.getfixturevalue("patched_state_sqlite")["db"], tmp_path / "airflow.db")
         else:
@@ -141,18 +143,22 @@ def test_rollback_to_vanilla(backend: str, tmp_path: Path, vanilla_venv: Path, r
         assert check.returncode == 0
         assert _kept(url) == before
 
-        # ... and runs a new Dag run to success. The Dag file that still passes max_infra_retries is
+        # ... its `airflow db migrate` is a no-op (docs: step 5) ...
+        vanilla.airflow("db", "migrate", timeout=600)
+        assert _revision(url) == VANILLA_HEAD[lines.LINE]
+        assert _kept(url) == before
+
+        # ... and it runs a new Dag run to success. The Dag file that still passes max_infra_retries is
         # an import error on vanilla (docs: remove the argument before rolling back).
-        with airflow_stack(vanilla_venv, tmp_path / "home-vanilla", url, (VANILLA_DAGS_FILE, STATE_DAGS_FILE)) as env:
-            run_dags(env, url, ("ops_after_rollback",), timeout=240)
-            harness.wait_for(
-                lambda: rows(url, "SELECT stacktrace FROM import_error WHERE filename LIKE '%ops_state.py'"),
-                timeout=60,
-                what="the import error of ops_state.py",
-            )
-        new_run = rows(url, "SELECT state FROM dag_run WHERE dag_id = 'ops_after_rollback'")
+        import_error = "SELECT stacktrace FROM import_error WHERE filename LIKE '%%ops_state.py'"
+        with ops_stack(
+            "t_ops_vanilla", vanilla_venv, tmp_path / "home-vanilla", (VANILLA_DAGS_FILE, STATE_DAGS_FILE), db_url=url
+        ) as stack:
+            run_dags(stack, ("ops_after_rollback",), timeout=240)
+            stack.wait_for(lambda: stack.query(import_error), timeout=60, what="the import error of ops_state.py")
+        new_run = harness.query(url, "SELECT state FROM dag_run WHERE dag_id = 'ops_after_rollback'")
         assert [r["state"] for r in new_run] == ["success"]
-        stacktrace = rows(url, "SELECT stacktrace FROM import_error WHERE filename LIKE '%ops_state.py'")[0]
+        stacktrace = harness.query(url, import_error)[0]
         assert "max_infra_retries" in stacktrace["stacktrace"]
         after = _kept(url)
         for table, old_rows in before.items():
