@@ -49,8 +49,19 @@ def _works(venv: Path, release: str, providers: bool) -> bool:
     probe = "import airflow, psycopg2, asyncpg, statsd; print(airflow.__version__)"
     if providers:
         probe += "; import airflow.providers.celery, airflow.providers.amazon, airflow.providers.cncf.kubernetes, redis"
-    proc = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=False)
-    return proc.returncode == 0 and proc.stdout.strip() == release
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=False,
+                          env=_clean_env())
+    lines = proc.stdout.strip().splitlines()
+    return proc.returncode == 0 and bool(lines) and lines[-1] == release
+
+
+def _clean_env() -> dict[str, str]:
+    """The caller's environment without its Airflow configuration.
+
+    A test session that configures Airflow for itself (``tests/upstream_unit`` sets unit-test mode,
+    which logs a line on import) must not make a working venv look broken, or a rebuild fail.
+    """
+    return {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "_IN_UNIT_TESTS"}
 
 
 def unpatched_venv(line: str, *, providers: bool = False, path: Path | None = None) -> Path:
@@ -69,7 +80,7 @@ def unpatched_venv(line: str, *, providers: bool = False, path: Path | None = No
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
         cmd = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                *wheels, *EXTRAS, *(("redis",) if providers else ()), "-c", str(where.constraints)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_clean_env())
         if proc.returncode != 0 or not _works(venv, lock.release, providers):
             raise PatchsetError(
                 f"could not build the unpatched {lock.release} venv at {venv}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
