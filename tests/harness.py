@@ -201,6 +201,14 @@ class StatsdReceiver:
     def matching(self, prefix: str) -> list[str]:
         return [line for line in self.lines if line.startswith(prefix)]
 
+    def tagged(self) -> list[tuple[str, dict[str, str]]]:
+        """(name, tags) of each line received, read as InfluxDB-tagged StatsD: ``name,k=v,...:value|type``."""
+        parsed = []
+        for line in self.lines:
+            name, *pairs = line.rsplit(":", 1)[0].split(",")
+            parsed.append((name, dict(pair.split("=", 1) for pair in pairs if "=" in pair)))
+        return parsed
+
 
 # --- PostgreSQL -------------------------------------------------------------------------------------
 

@@ -85,10 +85,10 @@ def test_statsd_with_influxdb_tags(tmp_path):
                 "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
             },
         )
-        lines = _wait_lines(receiver, 4 * 5)
+        _wait_lines(receiver, 4 * 5)
     # Later features of the series add tags of their own (retry-rules: retry_rule, retry_rule_action):
     # AIP-97's tags must be there, whatever else is.
-    stats = _influx(lines)
+    stats = receiver.tagged()
     base = {"dag_id": "aip97_dag", "task_id": "aip97_task"}
     for cause in CAUSES:
         legacy = [tags for name, tags in stats if name == f"airflow.ti.failure_cause.{cause}"]
@@ -96,16 +96,6 @@ def test_statsd_with_influxdb_tags(tmp_path):
         for name in ("airflow.ti.failure_cause", "airflow.ti_failures", "airflow.operator_failures"):
             tagged = [tags for n, tags in stats if n == name and tags.get("failure_cause") == cause]
             assert len(tagged) == 1 and base.items() <= tagged[0].items(), (name, cause, tagged)
-
-
-def _influx(lines: list[str]) -> list[tuple[str, dict[str, str]]]:
-    """(name, tags) of each InfluxDB-tagged StatsD line ``name,k=v,...:value|type``."""
-    parsed = []
-    for line in lines:
-        head = line.rsplit(":", 1)[0]
-        name, *pairs = head.split(",")
-        parsed.append((name, dict(pair.split("=", 1) for pair in pairs)))
-    return parsed
 
 
 class _OtlpSink(BaseHTTPRequestHandler):

@@ -67,16 +67,7 @@ def _failure_lines(text: str) -> dict[str, dict[str, str]]:
 
 def _statsd(receiver: StatsdReceiver, name: str, task_id: str) -> list[dict[str, str]]:
     """The InfluxDB-style tags of every ``airflow.<name>`` line of ``task_id``."""
-    found = []
-    for line in receiver.lines:
-        head = line.split(":", 1)[0]
-        metric, _, tags = head.partition(",")
-        if metric != f"airflow.{name}":
-            continue
-        parsed = dict(t.split("=", 1) for t in tags.split(",") if "=" in t)
-        if parsed.get("task_id") == task_id:
-            found.append(parsed)
-    return found
+    return [tags for metric, tags in receiver.tagged() if metric == f"airflow.{name}" and tags.get("task_id") == task_id]
 
 
 def test_example_rules_decide_their_failures(stack: Stack, receiver: StatsdReceiver) -> None:
