@@ -5,7 +5,7 @@
   ``redis-server`` -- running the components a test needs (api-server, scheduler, Dag processor,
   triggerer, Celery workers). A directory or module shares one stack where its tests need no other
   configuration; a component that needs its own is started with its own ``config``
-  (``stack.start("scheduler", name=..., config={...})``).
+  (``stack.start_component("scheduler", name=..., config={...})``).
 * :class:`AirflowEnv`: an ``AIRFLOW_HOME`` and the processes started in it with one venv's
   interpreter, each in its own process group, its output in ``<home>/logs/<name>.log``;
   ``stop()`` (also on ``__exit__``) kills every process group it started.
