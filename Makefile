@@ -115,9 +115,11 @@ export-upstream:
 	@test -n "$(FEATURE)" || (echo "usage: make export-upstream FEATURE=<feature>" >&2; exit 2)
 	$(PSTOOL) export-upstream $(FEATURE)
 
+# Upstream pull requests come from the 3.4 line (lines/README.md): without LINE= on the command line,
+# Breeze gets the 3.4 series.
 breeze-apply:
-	@test -n "$(FEATURE)" -a -n "$(CHECKOUT)" || (echo "usage: make breeze-apply FEATURE=<feature> CHECKOUT=<upstream checkout>" >&2; exit 2)
-	$(PY) dev/breeze/apply_series.py --checkout $(CHECKOUT) $(FEATURE)
+	@test -n "$(FEATURE)" -a -n "$(CHECKOUT)" || (echo "usage: make breeze-apply FEATURE=<feature> CHECKOUT=<upstream checkout> [LINE=3.3]" >&2; exit 2)
+	$(PY) dev/breeze/apply_series.py --line $(if $(filter command line,$(origin LINE)),$(LINE),3.4) --checkout $(CHECKOUT) $(FEATURE)
 
 drift:
 	@test -n "$(VERSION)" || (echo "usage: make drift VERSION=<apache-airflow-core version>" >&2; exit 2)

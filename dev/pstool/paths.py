@@ -27,6 +27,10 @@ LINES_DIR = Path(os.environ.get("PATCHSET_LINES", ROOT / "lines"))
 BUILD_ROOT = Path(os.environ.get("PATCHSET_BUILD", ROOT / "build"))
 #: Which features' patches twin across lines since their last port (pstool.twins).
 TWINS_FILE = LINES_DIR / "twins.toml"
+#: The edits a pull request needs on an upstream checkout that the pinned release's sources cannot
+#: carry (a new docs page's toctree entry, tests that belong in an existing upstream test module);
+#: ``pstool export-upstream`` writes them into the cover letter (``PATCHSET_UPSTREAM_EDITS`` overrides).
+UPSTREAM_EDITS_FILE = Path(os.environ.get("PATCHSET_UPSTREAM_EDITS", LINES_DIR / "upstream-edits.toml"))
 
 
 def known_lines() -> list[str]:

@@ -151,6 +151,17 @@ def plan(source: str, rev: str, targets: list[str] | None) -> PortState:
         raise PatchsetError(f"{rev} is not a commit of the {source} series (after {BASE_REF})")
     if git(tree, "merge-base", "--is-ancestor", commit, "HEAD", check=False).returncode:
         raise PatchsetError(f"{rev} is not on the {source} tree's HEAD")
+    pending = [(sha, subj) for sha, subj in _commits(tree) if subj.startswith(FIXUP_PREFIXES) and sha != commit]
+    if pending:
+        # The port squashes the source tree's fixups and exports the source line: another pending
+        # fixup would be squashed and exported on this line only, and its commit would be gone.
+        listed = "; ".join(f"{sha[:12]} {subj!r}" for sha, subj in pending)
+        raise PatchsetError(
+            f"the {source} tree has other fixup commits not squashed yet ({listed}): a port carries one change, "
+            "and squashing would take those into the source line's patches without porting them. Port one at a "
+            "time: move the others out of the way (e.g. git branch keep <sha>; git reset --hard to before them), "
+            "port this one, then cherry-pick the next back and port it"
+        )
     message = out(tree, "log", "-1", "--format=%B", commit)
     subject = message.splitlines()[0]
     if subject.startswith(FIXUP_PREFIXES):

@@ -5,18 +5,25 @@ upstream first; never an integration patch, which exists only to combine feature
 set) are applied to a scratch pristine tree and formatted with a cover letter that
 names the upstream base commit. Internal bookkeeping trailers are stripped, as upstream
 reviewers ask. The result applies with ``git am`` to upstream at the release commit.
+
+The pinned release's sources hold neither upstream's docs index pages nor its test modules, so a
+patch can add a docs page but not its toctree entry, and adds its tests as a module of their own
+where upstream keeps them in an existing one. ``lines/upstream-edits.toml`` records those edits;
+the cover letter lists them per patch, word for word, for whoever opens the pull request
+(:func:`pull_request_edits`). A docs page with no recorded toctree entry is an error.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import tomllib
 from pathlib import Path
 
 from pstool import PatchsetError
 from pstool.git import git, out
 from pstool.lock import load_lock
-from pstool.paths import BUILD_DIR
+from pstool.paths import BUILD_DIR, UPSTREAM_EDITS_FILE
 from pstool.series import (
     INTERNAL_TRAILERS,
     dependency_closure,
@@ -28,6 +35,68 @@ from pstool.series import (
 from pstool.tree import BASE_REF, apply_series, scratch_tree
 
 FORMAT_ARGS = ("--no-signature", "--full-index", "--no-renames", "--zero-commit", "--numbered")
+
+
+def is_docs_page(path: str) -> bool:
+    """Whether ``path`` is a page of a distribution's Sphinx docs (not a newsfragment)."""
+    return "/docs/" in f"/{path}" and path.endswith(".rst") and "/newsfragments/" not in f"/{path}"
+
+
+def load_upstream_edits(path: Path = UPSTREAM_EDITS_FILE) -> dict[str, dict[str, dict[str, str]]]:
+    """``{"toctree": {page: entry}, "tests": {module: entry}}`` from ``lines/upstream-edits.toml``."""
+    if not path.exists():
+        return {"toctree": {}, "tests": {}}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise PatchsetError(f"{path}: {err}") from err
+    for page, entry in data.get("toctree", {}).items():
+        missing = [k for k in ("index", "toctree", "after") if k not in entry]
+        if missing:
+            raise PatchsetError(f"{path}: [toctree.\"{page}\"] lacks {', '.join(missing)}")
+    for module, entry in data.get("tests", {}).items():
+        if "module" not in entry:
+            raise PatchsetError(f"{path}: [tests.\"{module}\"] lacks module")
+    return {"toctree": data.get("toctree", {}), "tests": data.get("tests", {})}
+
+
+def pull_request_edits(added: list[str], edits: dict[str, dict[str, dict[str, str]]]) -> list[str]:
+    """
+    The edits to make on an upstream checkout for the files one patch adds, as cover-letter lines.
+
+    A docs page needs its toctree entry (an error when none is recorded); a test module that
+    upstream keeps in an existing one is moved there.
+    """
+    lines: list[str] = []
+    for path in added:
+        if is_docs_page(path):
+            entry = edits["toctree"].get(path)
+            if entry is None:
+                raise PatchsetError(
+                    f"{path} is a new docs page with no toctree entry in {UPSTREAM_EDITS_FILE.name}: record "
+                    "the upstream index page and toctree it belongs in ([toctree.\"<page>\"])"
+                )
+            index = entry["index"]
+            name = Path(path).relative_to(Path(index).parent).with_suffix("").as_posix()
+            if entry["toctree"] == "hidden":
+                lines.append(
+                    f"{index}: append a hidden toctree for the new page {path}:\n"
+                    f"        .. toctree::\n            :hidden:\n\n            {name}"
+                )
+            else:
+                where = f'after the line "{entry["after"]}"' if entry["after"] else "as its first entry"
+                lines.append(
+                    f'{index}: in the toctree under "{entry["toctree"]}", {where}, add the line\n'
+                    f"            {name}\n"
+                    f"        (the new page {path})."
+                )
+        elif path in edits["tests"]:
+            module = edits["tests"][path]["module"]
+            lines.append(
+                f"{path}: upstream keeps these tests in {module}; move them there (the tests, with the\n"
+                "        imports and fixtures they use) instead of adding the new module."
+            )
+    return lines
 
 
 def export_upstream(feature: str, output: Path | None = None) -> Path:
@@ -45,11 +114,18 @@ def export_upstream(feature: str, output: Path | None = None) -> Path:
         shutil.rmtree(output)
     output.mkdir(parents=True)
     tree = scratch_tree()
+    edits = load_upstream_edits()
     try:
         apply_series(tree, selected, allow_offset=True)  # re-rendered below: the output has no offset
         commits = out(tree, "rev-list", "--reverse", f"{BASE_REF}..HEAD").split()
         total = len(commits)
+        pr_edits: list[str] = []
         for number, sha in enumerate(commits, 1):
+            added = out(tree, "diff-tree", "--no-commit-id", "--no-renames", "--diff-filter=A", "--name-only", "-r", sha)
+            patch_edits = pull_request_edits(added.split(), edits)
+            if patch_edits:
+                pr_edits.append(f"  Patch {number}/{total} ({out(tree, 'log', '-1', '--format=%s', sha)}):")
+                pr_edits += [f"    - {line}" for line in patch_edits]
             data = git(tree, "format-patch", "--stdout", "-1", sha, *FORMAT_ARGS, f"--start-number={number}").stdout
             # format-patch -1 --start-number=N numbers the one patch "N/N": number it in the series.
             data = re.sub(rb"^Subject: \[PATCH(?: \d+/\d+)?\]", f"Subject: [PATCH {number}/{total}]".encode(), data, count=1, flags=re.MULTILINE)
@@ -80,6 +156,13 @@ def export_upstream(feature: str, output: Path | None = None) -> Path:
             ]
         else:
             lines += ["Depends on: nothing; it applies to the release as it is.", ""]
+        if pr_edits:
+            lines += [
+                "Edits to make when opening the pull request: the release's sources hold neither",
+                "upstream's docs index pages nor its test modules, so the patches cannot carry these:",
+                *pr_edits,
+                "",
+            ]
         lines += [f"Upstream status: {'; '.join(sorted(status))}", "", f"base-commit: {lock.commit}", ""]
         (output / "0000-cover-letter.patch").write_text("\n".join(lines))
     finally:

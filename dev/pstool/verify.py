@@ -81,6 +81,31 @@ def check_hygiene(patches_dir: Path = PATCHES_DIR) -> list[Patch]:
     return patches
 
 
+def added_paths(patch: Patch) -> list[str]:
+    """The files ``patch`` creates."""
+    added, current = [], None
+    for line in patch.body.decode("utf-8", "replace").splitlines():
+        if line.startswith("diff --git a/"):
+            current = line.split(" b/", 1)[1]
+        elif line.startswith("new file mode") and current:
+            added.append(current)
+    return added
+
+
+def check_upstream_edits(patches: list[Patch]) -> int:
+    """Every docs page a patch adds has its toctree entry recorded for the pull request (pstool.upstream)."""
+    from pstool.upstream import load_upstream_edits, pull_request_edits
+
+    edits = load_upstream_edits()
+    count = 0
+    for patch in patches:
+        try:
+            count += len(pull_request_edits(added_paths(patch), edits))
+        except PatchsetError as err:
+            raise PatchsetError(f"{patch.name}: {err}") from err
+    return count
+
+
 def check_trailers(patches: list[Patch]) -> None:
     seen_features: list[str] = []
     known = set(features_in_order(patches))
@@ -218,6 +243,8 @@ def verify(*, generated: bool = True) -> int:
     _ok(f"hygiene: {len(patches)} patches, each listed once, none unlisted")
     check_trailers(patches)
     _ok("trailers: Feature, Upstream-Status and Depends on every patch; dependencies come first")
+    edits = check_upstream_edits(patches)
+    _ok(f"pull-request edits: every new docs page has its toctree entry ({edits} edit(s) for the cover letters)")
     check_twins()
     base = scratch_tree()
     try:

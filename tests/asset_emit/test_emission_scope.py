@@ -49,14 +49,18 @@ def test_scope_decides_whether_and_as_whom_to_emit():
         )
 
 
-def test_refused_process_gets_a_clear_error_even_inside_a_scope(monkeypatch):
+def test_refused_process_gets_a_clear_error_even_inside_a_scope():
     from airflow.sdk.exceptions import AssetEmitError
     from airflow.sdk.execution_time import asset_emit
 
-    monkeypatch.setattr(asset_emit, "_refusal", None)
-    asset_emit.refuse_asset_emission_in_triggers()
-    with asset_emit.task_emission_scope(), pytest.raises(AssetEmitError) as err:
+    with asset_emit.asset_emission_refused_in_triggers():
+        with asset_emit.task_emission_scope(), pytest.raises(AssetEmitError) as err:
+            asset_emit._build_message(
+                name="a", uri=None, extra=None, partition_key=None, partition_date=None, idempotency_key=None
+            )
+        assert err.value.reason == "not_in_trigger"
+    # The refusal belongs to the triggerer's run, not to the process: it ends with its block.
+    with asset_emit.task_emission_scope():
         asset_emit._build_message(
             name="a", uri=None, extra=None, partition_key=None, partition_date=None, idempotency_key=None
         )
-    assert err.value.reason == "not_in_trigger"

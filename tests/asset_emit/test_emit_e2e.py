@@ -307,8 +307,14 @@ def test_dag_processor_refuses_a_forged_source(stack):
     assert stack.wait_run_finished("emit_test_forge", run_id) == "success"
     path = stack.out / f"forge-{run_id}.json"
     outcome = json.loads(stack.wait_for(lambda: path.exists() and path.read_text(), timeout=150, what="the forging callback"))
-    # Through the child's channel to the Dag processor: a typed rejection, not a generic error.
-    assert outcome["comms"] == {"type": "AssetEventEmitRejected", "reason": "unknown_caller"}
+    # Through the child's channel to the Dag processor: a typed refusal naming the forged source,
+    # not a generic error and not an imitated HTTP status (nothing reached the Execution API).
+    assert outcome["comms"]["type"] == "AssetEventEmitSourceRefused", outcome["comms"]
+    assert "status_code" not in outcome["comms"]
+    assert (outcome["comms"]["source"]["dag_id"], outcome["comms"]["source"]["run_id"]) == (
+        "emit_test_seed",
+        f"forged-{run_id}",
+    )
     # Through a plain in-process Execution API of the child's own: it does not vouch for sources
     # (403). The Dag processor child has no metadata-database session either (Airflow blocks ORM
     # access there), so such an app may already fail to open a session (500); either way it

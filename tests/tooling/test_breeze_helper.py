@@ -19,7 +19,8 @@ pytestmark = pytest.mark.line_independent  # pstool itself, on the default line'
 REPO = Path(__file__).resolve().parents[2]
 HELPER = REPO / "dev" / "breeze" / "apply_series.py"
 STATE = "shared/state/src/airflow_shared/state/__init__.py"
-ENV_FILE = "files/airflow-breeze-config/environment_variables.env"
+ENV_FILE = "files/airflow-breeze-config/variables.env"  # what Breeze's configure_environment.sh sources
+STALE_ENV_FILE = "files/airflow-breeze-config/environment_variables.env"
 
 
 @pytest.fixture
@@ -33,7 +34,14 @@ def checkout(seeded: Any) -> tuple[Any, Path, str]:
 
 
 def run_helper(pstool: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(HELPER), *args], check=False, env=pstool.env, capture_output=True, text=True)
+    """The helper on the seeded series, which is built on the 3.3 line's pristine base."""
+    return subprocess.run(
+        [sys.executable, str(HELPER), "--line", "3.3", *args],
+        check=False,
+        env=pstool.env,
+        capture_output=True,
+        text=True,
+    )
 
 
 def head(pstool: Any, path: Path) -> str:
@@ -94,7 +102,9 @@ def test_refuses_a_directory_that_is_not_a_git_checkout(tmp_path: Path, seeded: 
     assert proc.returncode == 1 and "is not a git work tree" in proc.stderr
 
 
-def test_a_series_that_does_not_apply_leaves_the_checkout_at_the_base(checkout: tuple[Any, Path, str]) -> None:
+def test_a_series_that_does_not_apply_leaves_the_checkout_at_the_base(
+    checkout: tuple[Any, Path, str],
+) -> None:
     pstool, fresh, base = checkout
     series = Path(pstool.run("export-upstream", "beta").stdout.strip())
     patch = min(series.glob("0002-*.patch"))
@@ -107,3 +117,48 @@ def test_a_series_that_does_not_apply_leaves_the_checkout_at_the_base(checkout: 
     assert proc.returncode == 1 and "git am failed" in proc.stderr
     assert head(pstool, fresh) == base
     assert pstool.git("status", "--porcelain", cwd=fresh).strip() == ""
+
+
+def test_a_block_left_where_breeze_never_looks_is_removed(checkout: tuple[Any, Path, str]) -> None:
+    """Earlier versions wrote environment_variables.env; Breeze sources variables.env only."""
+    pstool, fresh, base = checkout
+    stale = fresh / STALE_ENV_FILE
+    stale.parent.mkdir(parents=True)
+    helper = _helper_module()
+    stale.write_text(f"MINE=1\n{helper.BEGIN}\nAIRFLOW__CORE__MAX_INFRA_RETRIES=1\n{helper.END}\n")
+    assert run_helper(pstool, "--checkout", str(fresh), "--base-commit", base, "beta").returncode == 0
+    assert stale.read_text() == "MINE=1\n"
+    assert "AIRFLOW__CORE__MAX_INFRA_RETRIES=1" in (fresh / ENV_FILE).read_text()
+
+
+def _helper_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("apply_series", HELPER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_features_example_dags_and_its_dependencies_go_to_the_breeze_dags_folder(tmp_path: Path) -> None:
+    helper = _helper_module()
+    copied = helper.copy_example_dags(tmp_path, ["aip-97", "aip-122"])
+    target = tmp_path / "files" / "dags" / "airflow_patchset"
+    assert (
+        sorted(p.name for p in target.iterdir())
+        == sorted(copied)
+        == ["aip122_infra_retry.py", "aip97_failure_causes.py"]
+    )
+    # Applying another feature replaces them.
+    copied = helper.copy_example_dags(tmp_path, ["asset-emit"])
+    assert copied == sorted(p.name for p in target.iterdir())
+    assert copied and all(name.startswith("asset_emit_") for name in copied)
+
+
+def test_the_series_comes_from_the_34_line_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    helper = _helper_module()
+    monkeypatch.delenv("PATCHSET_LINE", raising=False)
+    assert helper.selected_line(None) == "3.4"
+    assert helper.selected_line("3.3") == "3.3"
+    monkeypatch.setenv("PATCHSET_LINE", "3.3")
+    assert helper.selected_line(None) == "3.3"

@@ -181,3 +181,34 @@ def test_a_fix_that_conflicts_on_the_other_line_stops_there_and_continues(two_li
     assert "The answer to everything, on 3.4." in two_lines.patch_text("3.4")
     assert "The answer to everything." in two_lines.patch_text("3.3")
     assert two_lines.pstool("twins").returncode == 0
+
+
+def test_a_port_refuses_while_another_fixup_waits_in_the_source_tree(two_lines: Lines) -> None:
+    """Two pending fixups: porting one would squash and export both on the source line, one elsewhere."""
+    two_lines.edit("3.3", "return 41", "return 42", "fixup! Add a probe module both lines carry")
+    two_lines.edit("3.3", '    """The answer."""', '    """The answer, fixed."""', "fixup! Add a probe module both lines carry")
+    before = {line: two_lines.patch_text(line) for line in ("3.3", "3.4")}
+    heads = {line: two_lines.git("rev-parse", "HEAD", cwd=two_lines.tree(line)) for line in ("3.3", "3.4")}
+
+    for rev in ("HEAD", "HEAD~1"):
+        proc = two_lines.pstool("port", "--from", "3.3", "--commit", rev, check=False)
+        assert proc.returncode == 1
+        assert "other fixup commits not squashed yet" in proc.stderr, proc.stderr
+        assert "Port one at a time" in proc.stderr
+
+    # Nothing moved: no tree, no exported patch, no saved port state.
+    assert {line: two_lines.patch_text(line) for line in ("3.3", "3.4")} == before
+    assert {line: two_lines.git("rev-parse", "HEAD", cwd=two_lines.tree(line)) for line in ("3.3", "3.4")} == heads
+    assert not (two_lines.root / "build" / "port-state.json").exists()
+
+    # One at a time, as the message says, both reach the other line.
+    tree = two_lines.tree("3.3")
+    two_lines.git("branch", "keep", "HEAD", cwd=tree)
+    two_lines.git("reset", "-q", "--hard", "HEAD~1", cwd=tree)
+    two_lines.pstool("port", "--from", "3.3", "--commit", "HEAD")
+    two_lines.git("cherry-pick", "keep", cwd=tree)
+    two_lines.pstool("port", "--from", "3.3", "--commit", "HEAD")
+    for line in ("3.3", "3.4"):
+        assert "+    return 42\n" in two_lines.patch_text(line)
+        assert '"""The answer, fixed."""' in two_lines.patch_text(line)
+    assert two_lines.pstool("twins").returncode == 0

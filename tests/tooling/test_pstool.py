@@ -209,3 +209,46 @@ def test_drift_classifies_each_patch_on_a_synthetic_newer_release(pstool: Any) -
     assert by_subject["offset-change.patch"] == "clean (offset)"
     assert by_subject["conflicting-change.patch"] == "conflicts"
     assert proc.returncode == 1
+
+
+def test_export_upstream_lists_the_edits_the_release_cannot_carry(pstool: Any, tmp_path: Path) -> None:
+    """A new docs page needs its toctree entry, a new test module may belong in upstream's: the cover says so."""
+    import os
+
+    pstool.run("checkout")
+    page = "airflow-core/docs/core-concepts/widgets.rst"
+    module = "airflow-core/tests/unit/models/test_widgets.py"
+    for path, text in ((page, "Widgets\n=======\n"), (module, "def test_widget():\n    pass\n")):
+        (pstool.tree / path).parent.mkdir(parents=True, exist_ok=True)
+        (pstool.tree / path).write_text(text)
+    pstool.git("add", page, module)
+    pstool.git("commit", "-q", "-m", "Document widgets\n\nWhy.\n\nFeature: gamma\nUpstream-Status: Pending (test)\nDepends: none\n")
+    pstool.run("export")
+    edits = tmp_path / "upstream-edits.toml"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**pstool.env, "PATCHSET_UPSTREAM_EDITS": str(edits)}
+        return subprocess.run([sys.executable, "-m", "pstool", *args], env=env, capture_output=True, text=True, cwd=pstool.root)
+
+    # A docs page nobody placed in a toctree: export-upstream refuses, naming the page and the file to fill.
+    edits.write_text("")
+    proc = run("export-upstream", "gamma")
+    assert proc.returncode != 0
+    assert f"{page} is a new docs page with no toctree entry in upstream-edits.toml" in proc.stderr
+
+    edits.write_text(
+        f'[toctree."{page}"]\nindex = "airflow-core/docs/core-concepts/index.rst"\ntoctree = "**Workloads**"\n'
+        'after = "tasks"\n\n'
+        f'[tests."{module}"]\nmodule = "airflow-core/tests/unit/models/test_taskinstance.py"\n'
+    )
+    proc = run("export-upstream", "gamma")
+    assert proc.returncode == 0, proc.stderr
+    cover = (Path(proc.stdout.strip()) / "0000-cover-letter.patch").read_text()
+    assert "Edits to make when opening the pull request" in cover
+    assert "  Patch 1/1 (Document widgets):" in cover
+    assert (
+        '    - airflow-core/docs/core-concepts/index.rst: in the toctree under "**Workloads**", after the line '
+        '"tasks", add the line\n            widgets\n' in cover
+    )
+    assert f"    - {module}: upstream keeps these tests in airflow-core/tests/unit/models/test_taskinstance.py" in cover
+    assert os.path.exists(Path(proc.stdout.strip()) / "0001-document-widgets.patch")

@@ -23,14 +23,14 @@ import lines  # noqa: E402
 TREE = lines.TREE
 UI = TREE / "airflow-core" / "src" / "airflow" / "ui"
 # The UI components the series changes, and their vitest files.
+# Details.test.tsx: aip-122's "k of cap" row on both lines; on 3.4 also aip-97's cause and reason
+# in 3.4's own "Reason for state" row.
 VITEST_FILES = [
     "src/components/FailureCauseBadge.test.tsx",
     "src/components/TaskInstanceTooltip.test.tsx",
     "src/components/TaskTrySelect.test.tsx",
+    "src/pages/TaskInstance/Details.test.tsx",
 ]
-if lines.LINE != lines.DEFAULT_LINE:
-    # 3.4 shows the cause and reason in its own "Reason for state" row of the Details page.
-    VITEST_FILES.append("src/pages/TaskInstance/Details.test.tsx")
 
 
 def test_tree_holds_the_ui_source_without_built_output() -> None:

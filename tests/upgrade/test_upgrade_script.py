@@ -161,7 +161,8 @@ def _as_migrated_to_34(url: str, head: str) -> None:
     """What 3.4's migrate does to the prepared database, as far as restore cares: history rows become
     archived task_instance rows with the same UUID (0142), and the 3.4 build here has failure_cause /
     failure_reason (the 3.4 aip-97 port) and the idempotency table (the 3.4 asset-emit port), but no
-    infra_retry_count (no aip-122 port yet)."""
+    infra_retry_count: a 3.4 build without aip-122, whose held values restore reports as no_column and
+    keeps (test_upgrade_from_3_3.py migrates with the real 3.4 build, which has the column)."""
     engine = sa.create_engine(url)
     with engine.begin() as conn:
         conn.exec_driver_sql(

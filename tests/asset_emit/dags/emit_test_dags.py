@@ -186,7 +186,8 @@ def _forge(context):
     )
     outcome["comms"] = {
         "type": type(resp).__name__,
-        **({"reason": resp.reason} if hasattr(resp, "reason") else {}),
+        **({"source": resp.source.model_dump(mode="json")} if hasattr(resp, "source") else {}),
+        **({"status_code": resp.status_code} if hasattr(resp, "status_code") else {}),
     }
     # A plain in-process Execution API built in the child (a raw POST: no client retries).
     import importlib
