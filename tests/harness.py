@@ -140,11 +140,39 @@ def log_records(text: str, marker: str) -> list[dict[str, str]]:
     records = []
     for line in text.splitlines():
         _, found, body = line.partition(marker)
+        if found:
+            records.append(_key_values(body))
+    return records
+
+
+def _key_values(text: str) -> dict[str, str]:
+    """The ``key=value`` fields of ``text``: a value is one word, or a JSON string in double quotes (decoded)."""
+    return {
+        key: json.loads(value) if value.startswith('"') else value
+        for key, value in re.findall(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)', text)
+    }
+
+
+#: Where the AIP-97 fields start on the line a failure is logged with (``failure_log_fields``).
+_FAILURE_FIELDS = re.compile(r" dag_id=\S+ task_id=\S+ run_id=\S+ map_index=\S+ failure_cause=")
+
+
+def failure_lines(text: str) -> list[dict[str, str]]:
+    """The scheduler's one line per recorded failure, as fields, with the text before them in ``message``.
+
+    A failure the scheduler records is logged once: the line upstream already logs for it (e.g. the
+    state-mismatch error ``handle_failure()`` logs) ends with ``dag_id=... failure_cause=... retry=...
+    failure_reason=...``; a failure recorded without ``handle_failure()`` is logged as ``Task instance
+    failure recorded: source=...`` with the same fields. ``message`` holds upstream's text (after the
+    log prefix), unchanged.
+    """
+    records = []
+    for line in text.splitlines():
+        found = _FAILURE_FIELDS.search(line)
         if not found:
             continue
-        fields = {}
-        for key, value in re.findall(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)', body):
-            fields[key] = json.loads(value) if value.startswith('"') else value
+        fields = _key_values(line[found.start() :])
+        fields["message"] = line[: found.start()]
         records.append(fields)
     return records
 

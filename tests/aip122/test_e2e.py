@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 import pytest
-from harness import Stack, log_records
+from harness import Stack, failure_lines, log_records
 
 from lines import LIVE_TRIES, PAST_TRIES
 
@@ -71,8 +71,8 @@ def _decision_lines(text: str) -> list[dict[str, str]]:
 
 
 def _failure_lines(text: str) -> list[dict[str, str]]:
-    """The scheduler's one "Task instance failure recorded" line per failure (``infra_retry=outcome:reason``)."""
-    return log_records(text, "Task instance failure recorded:")
+    """The scheduler's one line per failure, upstream's line with the AIP-97 fields (``infra_retry=outcome:reason``)."""
+    return failure_lines(text)
 
 
 def _wait_finished(stack: Stack, dag_id: str, expected: int, timeout: float):

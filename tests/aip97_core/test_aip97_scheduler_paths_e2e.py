@@ -3,7 +3,8 @@ End to end: every failure path the scheduler ends, with a real scheduler and dag
 
 The scheduler runs a real executor class (``fixtures/pythonpath/aip97_fault_executor.py``) that
 fails each task the way its task_id says (see that module). For each path the test checks the cause
-and reason in the database (live row and history), the single structured scheduler log line, the
+and reason in the database (live row and history), the one scheduler log line per failure (upstream's
+line for it, ending with the AIP-97 fields), the
 listener plugin's records (a listener declaring ``failure_cause`` and one that does not), the
 ``context["failure_cause"]`` seen by failure/retry callbacks run by the dag-processor, the StatsD
 packets (InfluxDB-tagged) and the REST API responses.
@@ -26,17 +27,19 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 DAG_ID = "aip97_scheduler_paths"
 EXPECTED = {
-    # task_id: (final state, final try_number, cause, reason fragment, source of the log line)
-    "infra_fail": ("failed", 2, "infra", "Worker node lost", "executor_event"),
-    "legacy_fail": ("failed", 1, "unknown", "legacy executor info", "executor_event"),
-    "mismatch": ("failed", 1, "unknown", "reported state success", "state_mismatch"),
-    "stuck": ("failed", 1, "infra", "Stuck in queued", "stuck_in_queued"),
+    # task_id: (final state, final try_number, cause, reason fragment, upstream text of its log line)
+    "infra_fail": ("failed", 2, "infra", "Worker node lost", "finished with state failed, but"),
+    "legacy_fail": ("failed", 1, "unknown", "legacy executor info", "finished with state failed, but"),
+    "mismatch": ("failed", 1, "unknown", "reported state success", "finished with state success, but"),
+    "stuck": ("failed", 1, "infra", "Stuck in queued", "Task was requeued more than"),
     "lost_heartbeat": (
         "failed",
         1,
         "unknown",
         "Heartbeat timeout",
-        "heartbeat_timeout",
+        # 3.3 records it where its injected executor event is consumed; 3.4 in the purge, whose
+        # message is the task instance's details.
+        "Extra info: heartbeat timeout" if lines.LINE == lines.DEFAULT_LINE else "'Task Id': 'lost_heartbeat'",
     ),
 }
 #: 3.3 allocates a retry's try number in schedule_tis() (1 -> 2); 3.4 when it archives the failed try,
@@ -135,7 +138,7 @@ def scenario(tmp_path_factory, patched_venv) -> Scenario:
 
 
 def _log_lines(scenario: Scenario) -> list[dict[str, str]]:
-    return harness.log_records(scenario.scheduler_log, "Task instance failure recorded:")
+    return harness.failure_lines(scenario.scheduler_log)
 
 
 @pytest.mark.e2e
@@ -182,15 +185,18 @@ def test_exactly_one_log_line_per_failure(scenario):
     assert set(by_task) == set(
         EXPECTED
     )  # nothing for the upstream_failed and skipped tasks
-    for task_id, (_, try_number, cause, reason, source) in EXPECTED.items():
+    for task_id, (_, try_number, cause, reason, upstream_text) in EXPECTED.items():
         expected_tries = list(range(1, try_number + 1))
         assert [int(f["try_number"]) for f in by_task[task_id]] == expected_tries, (
             by_task[task_id]
         )
         for fields in by_task[task_id]:
             assert fields["failure_cause"] == cause
-            assert fields["source"] == source
             assert reason in fields["failure_reason"]
+            # The line upstream already logs for the failure, its text unchanged, carries the fields.
+            assert upstream_text in fields["message"], fields
+    # No line of its own for a failure handle_failure() recorded (every path here).
+    assert "Task instance failure recorded" not in scenario.scheduler_log
     assert [f["retry"] for f in by_task["infra_fail"]] == ["up_for_retry", "failed"]
     for task_id in ("legacy_fail", "mismatch", "stuck", "lost_heartbeat"):
         assert by_task[task_id][0]["retry"] == "failed"

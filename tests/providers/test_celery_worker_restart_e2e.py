@@ -36,7 +36,7 @@ import uuid
 
 import pytest
 from _helpers import aip122_installed, core_supports_failure_cause
-from harness import Stack, log_records
+from harness import Stack, failure_lines
 from lines import LIVE_TRY, PAST_TRIES
 
 DAG_ID, TASK_ID = "aip97_celery_worker_restart", "hold"
@@ -309,11 +309,12 @@ def test_worker_that_never_comes_back_is_left_to_the_heartbeat_timeout(stack):
     (line,) = stack.stack.wait_for(
         lambda: [
             r
-            for r in log_records(stack.stack.log_text(SCHEDULER), "Task instance failure recorded:")
+            for r in failure_lines(stack.stack.log_text(SCHEDULER))
             if (r.get("dag_id"), r.get("run_id"), r.get("task_id")) == (DAG_ID, run_id, TASK_ID)
         ],
         timeout=30,
         what="the scheduler's failure line",
     )
-    assert line["source"] == "heartbeat_timeout", line
+    assert (line["failure_cause"], line["retry"]) == ("unknown", "failed"), line
+    assert line["failure_reason"].startswith("Heartbeat timeout"), line
     print(f"ended {tries[0]['end_date'].timestamp() - killed_at:.1f}s after the kill")
