@@ -101,13 +101,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     import lines
 
     on = line_independent_on()
+    why = (f"PATCHSET_LINE_INDEPENDENT_ON={on}" if os.environ.get("PATCHSET_LINE_INDEPENDENT_ON")
+           else "the default line; PATCHSET_LINE_INDEPENDENT_ON=<line> moves them")
     for item in items:
         directory = _directory_of(item.path)
         if directory is None:
             continue  # a file outside tests/ (the in-patch unit tests of the tree)
         if item.get_closest_marker("line_independent") and lines.LINE != on:
             item.add_marker(pytest.mark.skip(
-                reason=f"line-independent: runs in the {on} line's session only (PATCHSET_LINE_INDEPENDENT_ON={on})"
+                reason=f"line-independent: runs in the {on} line's session only ({why})"
             ))
             continue
         needed = list(DIRECTORY_FEATURES.get(directory, ()))
