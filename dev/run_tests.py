@@ -6,14 +6,19 @@ passed to every session (e.g. ``-m "not e2e"``). Exit status: 0 only if no sessi
 least one test ran.
 
 The release line is ``PATCHSET_LINE`` (``make test LINE=3.4``), run with that line's venv. Every
-directory runs on every line; a test of pstool's own mechanics, the same code on every line, runs in
-the default line's session only (``tests/tooling``, marker ``line_independent``). A line's session
-prepares everything it needs itself (its pinned files, its unpatched venv): it never relies on what
-another line's session fetched or built (.ci/run runs each line in a clone of its own to prove it).
+directory runs on every line; a test of pstool's own mechanics or of CI's scripts, the same code on
+every line (marker ``line_independent``: most of ``tests/tooling``, ``tests/ui/test_ui_lint.py``), runs
+in one line's session only: the line ``PATCHSET_LINE_INDEPENDENT_ON`` names, by default the default
+line (so a plain ``make test`` runs them); the other lines' sessions skip them with that reason. CI
+(.ci/run) sets ``PATCHSET_LINE_INDEPENDENT_ON=3.4`` for both lines, taking them off the 3.3 line's
+chain, the longer one. A line's session prepares everything it needs itself (its pinned files, its
+unpatched venv): it never relies on what another line's session fetched or built (.ci/run runs each
+line in a clone of its own to prove it).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -21,7 +26,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from pstool.paths import LINE
+from pstool.paths import DEFAULT_LINE, LINE
 
 REPO = Path(__file__).resolve().parents[1]
 ORDER = ["tooling", "upstream_unit", "aip97_core", "aip97_worker", "aip122", "asset_emit", "providers", "demo", "image"]
@@ -70,7 +75,9 @@ def main(argv: list[str]) -> int:
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     broken: list[str] = []
     started = time.monotonic()
-    print(f"release line {LINE}: {sys.executable}", flush=True)
+    independent_on = os.environ.get("PATCHSET_LINE_INDEPENDENT_ON") or DEFAULT_LINE
+    print(f"release line {LINE}: {sys.executable}; line-independent tests run in the {independent_on} "
+          f"line's session{' (this one)' if independent_on == LINE else ''}", flush=True)
     prepare_unpatched_venv()
     for directory in directories():
         if directory.name == "image":

@@ -1,4 +1,11 @@
-"""Fixtures for testing pstool itself: run it as a subprocess against throwaway series and trees."""
+"""Fixtures for testing pstool itself: run it as a subprocess against throwaway series and trees.
+
+The throwaway series are written against the default line's pristine base (tag ``upstream/3.3.2``,
+wheels ``3.3.2+ps.1``), so the pstool these fixtures run is always the default line's, whichever
+line's session runs the tests (``PATCHSET_LINE_INDEPENDENT_ON``): ``Pstool.line`` says so, and a test
+that reads that line's pins in its own process takes them from ``Pstool.lock()``, never from the
+session's line.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +13,23 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = os.environ.get("PSTOOL_PYTHON", "python3")
+if str(REPO / "dev") not in sys.path:
+    sys.path.insert(0, str(REPO / "dev"))
+
+from pstool.paths import DEFAULT_LINE, for_line  # noqa: E402
 
 
 class Pstool:
-    """Runs ``python -m pstool`` with its own patches dir, tree, dist and cache paths."""
+    """Runs ``python -m pstool`` on :attr:`line` with its own patches dir, tree, dist and cache paths."""
+
+    #: The line whose pristine base and pins the pstool subprocess uses, set in its environment.
+    line = DEFAULT_LINE
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -28,12 +43,19 @@ class Pstool:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHSET_")}
         env.update(
             PYTHONPATH=str(REPO / "dev"),
+            PATCHSET_LINE=self.line,
             PATCHSET_PATCHES=str(self.patches),
             PATCHSET_TREE=str(self.tree),
             PATCHSET_DIST=str(self.dist),
             PATCHSET_CACHE=str(REPO / ".cache" / "upstream"),
         )
         return env
+
+    def lock(self) -> Any:
+        """The pins of :attr:`line` (``pstool.lock.Lock``), as the pstool subprocess reads them."""
+        from pstool.lock import load_lock
+
+        return load_lock(for_line(self.line).lock_file)
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(

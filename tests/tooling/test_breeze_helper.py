@@ -34,9 +34,9 @@ def checkout(seeded: Any) -> tuple[Any, Path, str]:
 
 
 def run_helper(pstool: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    """The helper on the seeded series, which is built on the 3.3 line's pristine base."""
+    """The helper on the seeded series, which is built on the pstool fixture's line's (3.3) pristine base."""
     return subprocess.run(
-        [sys.executable, str(HELPER), "--line", "3.3", *args],
+        [sys.executable, str(HELPER), "--line", pstool.line, *args],
         check=False,
         env=pstool.env,
         capture_output=True,

@@ -129,7 +129,13 @@ def test_feature_alone_migrates_a_real_database_up_and_down(line: str, feature: 
 @pytest.mark.line_independent
 @pytest.mark.timeout(600)
 def test_a_hand_edited_generated_file_in_a_selection_is_caught(tmp_path: Path) -> None:
-    """The per-selection generator check fails on a generated file its source does not produce."""
+    """The per-selection generator check fails on a generated file its source does not produce.
+
+    On the session's line throughout (whichever runs line-independent tests): pstool in this process
+    reads that line's pins, tree and venv, so the pristine tree and the generators are the same line's.
+    """
+    import re
+
     from pstool import PatchsetError
     from pstool.generated import SDK_MODELS, check_generated_from_source
     from pstool.git import git
@@ -138,8 +144,10 @@ def test_a_hand_edited_generated_file_in_a_selection_is_caught(tmp_path: Path) -
     try:
         path = tree / SDK_MODELS
         text = path.read_text()
-        assert 'API_VERSION: Final[str] = "2026-06-30"' in text
-        path.write_text(text.replace('"2026-06-30"', '"2026-11-30"', 1))  # bumped by hand, no bundle entry
+        released = re.search(r'^API_VERSION: Final\[str\] = "(\d{4}-\d{2}-\d{2})"$', text, re.MULTILINE)
+        assert released, f"no API_VERSION in the {lines.LINE} line's pristine {SDK_MODELS}"
+        # Bumped by hand, no bundle entry (3.3.2 has 2026-06-30, 3.4.0b2 2026-10-30).
+        path.write_text(text.replace(released[0], released[0].replace(released[1], "2099-12-31"), 1))
         git(tree, "commit", "-q", "-am", "Bump API_VERSION by hand")
         with pytest.raises(PatchsetError, match="_generated.py"):
             check_generated_from_source(tree, "hand-edited")

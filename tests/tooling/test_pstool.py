@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.line_independent  # pstool itself, on the default line's pristine base
+pytestmark = pytest.mark.line_independent  # pstool itself, on the default line's pristine base (conftest.Pstool.line)
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev"))
@@ -19,11 +19,13 @@ sys.path.insert(0, str(REPO / "dev"))
 from pstool import PatchsetError  # noqa: E402
 from pstool.layout import CORE, SDK, tree_to_wheels, wheel_to_tree  # noqa: E402
 from pstool.lock import fetch, load_lock  # noqa: E402
+from pstool.paths import LOCK_FILE  # noqa: E402
 
 
 def test_hash_mismatch_is_rejected_naming_the_file(tmp_path: Path) -> None:
-    lock_text = (REPO / "lines" / "3.3" / "upstream.lock").read_text()
-    pinned = load_lock().wheel("apache-airflow-task-sdk")
+    # The session's line, text and pins alike: its files are in the cache already (no download).
+    lock_text = LOCK_FILE.read_text()
+    pinned = load_lock(LOCK_FILE).wheel("apache-airflow-task-sdk")
     bad = tmp_path / "upstream.lock"
     bad.write_text(lock_text.replace(pinned.sha256, "0" * 64))
     with pytest.raises(PatchsetError) as err:
@@ -153,7 +155,7 @@ def test_export_upstream_applies_with_git_am_at_the_base(seeded: Any) -> None:
     out_dir = Path(seeded.run("export-upstream", "beta").stdout.strip())
     files = sorted(out_dir.glob("*.patch"))
     cover = files[0].read_text()
-    assert "base-commit: " + load_lock().commit in cover and "alpha" in cover
+    assert "base-commit: " + seeded.lock().commit in cover and "alpha" in cover
     series = files[1:]
     assert len(series) == 2  # alpha (dependency) then beta
     for f in series:
@@ -167,9 +169,9 @@ def test_export_upstream_applies_with_git_am_at_the_base(seeded: Any) -> None:
 
 
 def _synthetic_release(pstool: Any, dest: Path, edits: dict[str, callable]) -> None:
-    """Write a fake apache-airflow-core 3.3.99 wheel: the pinned one with some files edited."""
+    """Write a fake apache-airflow-core 3.3.99 wheel: the one ``pstool`` (its line, 3.3) pins, with some files edited."""
     dest.mkdir()
-    pinned = load_lock()
+    pinned = pstool.lock()
     src = REPO / ".cache" / "upstream" / pinned.wheel(CORE).file
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest / "apache_airflow_core-3.3.99-py3-none-any.whl", "w") as zout:
         for info in zin.infolist():
