@@ -9,9 +9,9 @@ The release line is ``PATCHSET_LINE`` (``make test LINE=3.4``), run with that li
 directory runs on every line; a test of pstool's own mechanics or of CI's scripts, the same code on
 every line (marker ``line_independent``: most of ``tests/tooling``, ``tests/ui/test_ui_lint.py``), runs
 in one line's session only: the line ``PATCHSET_LINE_INDEPENDENT_ON`` names, by default the default
-line (so a plain ``make test`` runs them); the other lines' sessions skip them with that reason. CI
-(.ci/run) sets ``PATCHSET_LINE_INDEPENDENT_ON=3.4`` for both lines, taking them off the 3.3 line's
-chain, the longer one. A line's session prepares everything it needs itself (its pinned files, its
+line (so a plain ``make test`` runs them); the other lines' sessions skip them with that reason.
+``<line>:<path>,...`` moves only those under the paths (relative to ``tests/``). CI (.ci/run) moves
+part of them to the 3.4 line, taking them off the 3.3 line's chain, the longer one. A line's session prepares everything it needs itself (its pinned files, its
 unpatched venv): it never relies on what another line's session fetched or built (.ci/run runs each
 line in a clone of its own to prove it).
 """
@@ -76,8 +76,11 @@ def main(argv: list[str]) -> int:
     broken: list[str] = []
     started = time.monotonic()
     independent_on = os.environ.get("PATCHSET_LINE_INDEPENDENT_ON") or DEFAULT_LINE
-    print(f"release line {LINE}: {sys.executable}; line-independent tests run in the {independent_on} "
-          f"line's session{' (this one)' if independent_on == LINE else ''}", flush=True)
+    print(
+        f"release line {LINE}: {sys.executable}; line-independent tests: "
+        f"PATCHSET_LINE_INDEPENDENT_ON={independent_on} (the rest: the {DEFAULT_LINE} line's session)",
+        flush=True,
+    )
     prepare_unpatched_venv()
     for directory in directories():
         if directory.name == "image":

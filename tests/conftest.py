@@ -49,21 +49,46 @@ def pytest_configure(config: pytest.Config) -> None:
     line_independent_on()  # an unknown line is a usage error before anything is collected
 
 
-def line_independent_on() -> str:
-    """The line whose session runs the tests marked ``line_independent``: ``PATCHSET_LINE_INDEPENDENT_ON``,
-    else the default line (a developer's plain ``make test``). CI sets it to 3.4 for both lines'
-    sessions, moving these tests off the 3.3 line's longer chain. Each such test states the line
-    whose files it uses, so it passes in any line's session."""
+def line_independent_on() -> tuple[str, tuple[str, ...]]:
+    """Where the tests marked ``line_independent`` run: ``PATCHSET_LINE_INDEPENDENT_ON``.
+
+    ``<line>`` runs them all in that line's session; ``<line>:<path>,<path>`` only those under the
+    given paths (relative to ``tests/``, e.g. ``ui,tooling/test_port.py``), the others staying in the
+    default line's session. Unset, they all run in the default line's session (a developer's plain
+    ``make test``). CI moves part of them to the 3.4 line, whose chain is the shorter one. Each such
+    test states the line whose files it uses, so it passes in any line's session.
+
+    :return: the line and the paths it takes (empty: all of them).
+    """
     import lines
     from pstool.paths import known_lines  # importable once lines has put dev/ on sys.path
 
-    chosen = os.environ.get("PATCHSET_LINE_INDEPENDENT_ON") or lines.DEFAULT_LINE
+    value = os.environ.get("PATCHSET_LINE_INDEPENDENT_ON") or lines.DEFAULT_LINE
+    chosen, _, selection = value.partition(":")
     known = known_lines()
     if chosen not in known:
         raise pytest.UsageError(
-            f"PATCHSET_LINE_INDEPENDENT_ON={chosen!r} is not a release line; this repository carries: {', '.join(known)}"
+            f"PATCHSET_LINE_INDEPENDENT_ON={value!r}: {chosen!r} is not a release line; "
+            f"this repository carries: {', '.join(known)}"
         )
-    return chosen
+    paths = tuple(part.strip().strip("/") for part in selection.split(",") if part.strip())
+    missing = [part for part in paths if not (REPO / "tests" / part).exists()]
+    if missing:
+        raise pytest.UsageError(
+            f"PATCHSET_LINE_INDEPENDENT_ON={value!r}: no such path under tests/: {', '.join(missing)}"
+        )
+    return chosen, paths
+
+
+def line_independent_line(item: pytest.Item, on: str, paths: tuple[str, ...]) -> str:
+    """The line whose session runs ``item``, a test marked ``line_independent``."""
+    import lines
+
+    if not paths:
+        return on
+    relative = Path(item.path).resolve().relative_to(REPO / "tests").as_posix()
+    taken = any(relative == part or relative.startswith(part + "/") for part in paths)
+    return on if taken else lines.DEFAULT_LINE
 
 
 _NOT_COLLECTED: dict[str, str] = {}
@@ -100,18 +125,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     import lines
 
-    on = line_independent_on()
-    why = (f"PATCHSET_LINE_INDEPENDENT_ON={on}" if os.environ.get("PATCHSET_LINE_INDEPENDENT_ON")
-           else "the default line; PATCHSET_LINE_INDEPENDENT_ON=<line> moves them")
+    on, paths = line_independent_on()
+    why = (
+        f"PATCHSET_LINE_INDEPENDENT_ON={os.environ['PATCHSET_LINE_INDEPENDENT_ON']}"
+        if os.environ.get("PATCHSET_LINE_INDEPENDENT_ON")
+        else "the default line; PATCHSET_LINE_INDEPENDENT_ON=<line>[:<paths>] moves them"
+    )
     for item in items:
         directory = _directory_of(item.path)
         if directory is None:
             continue  # a file outside tests/ (the in-patch unit tests of the tree)
-        if item.get_closest_marker("line_independent") and lines.LINE != on:
-            item.add_marker(pytest.mark.skip(
-                reason=f"line-independent: runs in the {on} line's session only ({why})"
-            ))
-            continue
+        if item.get_closest_marker("line_independent"):
+            runs_on = line_independent_line(item, on, paths)
+            if lines.LINE != runs_on:
+                reason = f"line-independent: runs in the {runs_on} line's session only ({why})"
+                item.add_marker(pytest.mark.skip(reason=reason))
+                continue
         needed = list(DIRECTORY_FEATURES.get(directory, ()))
         for marker in item.iter_markers("requires_feature"):
             needed.extend(marker.args)

@@ -160,3 +160,37 @@ def test_each_line_renders_jsonvalue_as_its_released_supervisor_schema_does(lock
     finally:
         sys.path.remove(str(REPO / "dev"))
     assert released == (TYPED_JSON_VALUE if typed else {})
+
+
+def _skips(env_value: str, session_line: str, *paths: str) -> dict[str, str]:
+    """Run ``paths`` in a pytest session of ``session_line``; the skip reason of each skipped test file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHSET_")}
+    env.update(PATCHSET_LINE=session_line, PATCHSET_LINE_INDEPENDENT_ON=env_value)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *paths],
+        cwd=lines.REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode in (0, 5), done.stdout + done.stderr
+    found = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("SKIPPED ["):
+            where, _, reason = line.split("] ", 1)[1].partition(": ")
+            found[where.split(":")[0]] = reason
+    return found
+
+
+@pytest.mark.line_independent
+def test_line_independent_tests_move_to_the_line_named_only_under_the_paths_given() -> None:
+    moved, stays = "tests/ui/test_ui_lint.py", "tests/tooling/test_lines.py"
+    # The default line's session: the moved file is skipped, saying where it runs; the other one runs.
+    stays_test = f"{stays}::test_nothing_of_a_line_is_left_outside_lines"
+    skips = _skips("3.4:ui", lines.DEFAULT_LINE, moved, stays_test)
+    assert set(skips) == {moved}
+    assert skips[moved].startswith("line-independent: runs in the 3.4 line's session only")
+    # Without paths, everything moves.
+    skips = _skips("3.4", lines.DEFAULT_LINE, stays_test)
+    assert set(skips) == {stays}
