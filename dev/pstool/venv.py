@@ -73,14 +73,17 @@ def install(tree: Path | None = None) -> Path:
     if current == wanted:
         print(f"{venv}: up to date")
         return venv
-    if not (venv / "bin" / "python").exists():
+    created = not (venv / "bin" / "python").exists()
+    if created:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         current = {}
     constraint_args = ["-c", str(CONSTRAINTS)] if CONSTRAINTS.exists() else []
     if {k: v for k, v in current.items() if k != "patched"} != {k: v for k, v in wanted.items() if k != "patched"}:
         _pip(venv, "install", "--quiet", *constraint_args, *map(str, built), *map(str, unpatched), "-r", str(REQUIREMENTS))
-    # Always force the patched wheels in: same version string, different bytes after an edit.
-    if built:
+    # Force the patched wheels into a venv that held an earlier build: same version string, different
+    # bytes after an edit, which pip would call "already satisfied". A venv created just now got them
+    # from the install above.
+    if built and not created:
         _pip(venv, "install", "--quiet", "--no-deps", "--force-reinstall", *map(str, built))
     _pip(venv, "check")
     stamp_path.write_text(json.dumps(wanted, indent=2, sort_keys=True))

@@ -45,3 +45,35 @@ def test_installed_manifest_lists_the_series() -> None:
     core_patches = [p["name"] for p in manifest["patches"]]
     assert core_patches == _series()
     assert manifest["upstream_commit"] == LOCK.commit
+
+
+def test_the_venv_holds_exactly_the_bytes_of_the_built_wheels() -> None:
+    """Every file of every patched wheel in dist/<line>/ is installed with the wheel's bytes.
+
+    ``pstool install`` skips its ``--force-reinstall`` pass for a venv it has just created (the first
+    pip install put the built wheels in); a venv holding an earlier build of the same version gets
+    it. Either way the installed files must be the wheels' own, or tests would run stale code.
+    """
+    import base64
+    import csv
+    import hashlib
+    import io
+    import zipfile
+
+    from pstool.build import dist_dir
+
+    wheels = sorted(dist_dir().glob("*.whl"))
+    assert wheels, f"no patched wheels in {dist_dir()}"
+    site = Path(importlib.metadata.distribution("apache-airflow-core").locate_file(""))
+    checked = 0
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            record = next(n for n in archive.namelist() if n.endswith(".dist-info/RECORD"))
+            for path, digest, _size in csv.reader(io.TextIOWrapper(archive.open(record), encoding="utf-8")):
+                if not digest or ".dist-info/" in path:
+                    continue
+                algorithm, _, expected = digest.partition("=")
+                installed = hashlib.new(algorithm, (site / path).read_bytes()).digest()
+                assert base64.urlsafe_b64encode(installed).rstrip(b"=").decode() == expected, f"{path} is not {wheel.name}'s"
+                checked += 1
+    assert checked > 1000

@@ -36,9 +36,12 @@ import lines  # noqa: E402
 
 VENV33 = Path(sys.executable).parent.parent
 #: The 3.4 line's venv (``make install LINE=3.4``, which the module fixture runs when it is missing or
-#: stale); ``UPGRADE_VENV_34`` names another build of it.
+#: stale); ``UPGRADE_VENV_34`` names another build of it, which the fixture waits for (``.ci/run``
+#: names the 3.4 line's clone's).
 VENV34 = Path(os.environ.get("UPGRADE_VENV_34", REPO / ".venv-3.4"))
 SCRIPT = REPO / "dev" / "upgrade_from_3_3.py"
+#: What ``pstool install`` writes into a venv once it is complete (``pstool.venv.STAMP``).
+STAMP = ".patchset-stamp.json"
 DAGS = ("upgrade_infra", "upgrade_app", "upgrade_emit")
 CARRIED = {"failure_cause": None, "failure_reason": None, "infra_retry_count": 0}
 
@@ -64,6 +67,15 @@ def venv34() -> Path:
             env=env, cwd=REPO, capture_output=True, text=True, timeout=1500, check=False,
         )
         assert proc.returncode == 0, f"installing the 3.4 line failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    else:
+        # Another session builds it (CI: the 3.4 line's own clone, from the same commit): wait until
+        # its install has finished, which `pstool install` marks by writing the venv's stamp last.
+        harness.wait_for(
+            lambda: (VENV34 / STAMP).exists(),
+            timeout=float(os.environ.get("UPGRADE_VENV_34_WAIT", "1800")),
+            interval=5,
+            what=f"the 3.4 line's install to finish ({VENV34 / STAMP}, UPGRADE_VENV_34)",
+        )
     assert harness.venv_python_ok(VENV34), f"no 3.4 venv at {VENV34}"
     return VENV34
 
