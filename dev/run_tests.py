@@ -39,7 +39,7 @@ def directories() -> list[Path]:
 
 def prepare_unpatched_venv() -> None:
     """Build the line's unpatched upstream venv the tests compare against, before any test's timeout
-    runs (``pstool.unpatched``: it fetches the line's pinned wheels itself). Built once per checkout."""
+    runs (``pstool.unpatched``: it fetches the line's pinned wheels itself). Built once per machine, shared by every checkout."""
     from pstool.unpatched import unpatched_venv
 
     for providers in (False, True):  # tests/operations and tests/upstream_unit use the one with providers

@@ -943,8 +943,8 @@ def unpatched_venv(path: str | Path | None = None, *, providers: bool = False, l
     ``line`` is the release line (``"3.3"``: 3.3.2, ``"3.4"``: 3.4.0b2); by default the line this
     session tests (``PATCHSET_LINE``). With ``providers=True``, also every unpatched provider the
     patched build carries: the same distributions as the patched venv, for benchmarks that compare
-    the two. Built once per checkout under ``build/<line>/`` from the line's own pinned wheels,
-    which it fetches itself.
+    the two. Built once per machine (shared by every checkout, keyed by what it is built from) from
+    the line's own pinned wheels, which it fetches itself. Never install into it.
     """
     repo = Path(__file__).resolve().parents[1]
     if str(repo / "dev") not in sys.path:

@@ -105,6 +105,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PATCHSET_CACHE", ROOT / ".cache" / "upstream"))
 
 
+def machine_cache_dir() -> Path:
+    """What this machine keeps for every checkout, outside any (``PATCHSET_MACHINE_CACHE`` overrides;
+    else ``$XDG_CACHE_HOME/airflow-patchset``, ``~/.cache/airflow-patchset``): only what pinned upstream
+    files alone determine, keyed by them (the unpatched venvs, :mod:`pstool.unpatched`)."""
+    if os.environ.get("PATCHSET_MACHINE_CACHE"):
+        return Path(os.environ["PATCHSET_MACHINE_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "airflow-patchset"
+
+
 def tree_dir() -> Path:
     """The materialized upstream tree (``PATCHSET_TREE`` overrides, e.g. for a second worktree)."""
     return Path(os.environ.get("PATCHSET_TREE", CURRENT.tree))

@@ -1,13 +1,14 @@
 """
-A venv that runs the provider wheels of THIS checkout on the unpatched Airflow 3.3.2 core.
+A venv that runs the provider wheels of THIS checkout on the unpatched core of the line.
 
 The patched provider wheels keep their version (``X+ps.1``) whatever the code in them, so a plain
 ``pip install`` into an existing venv answers "Requirement already satisfied" and keeps the code of
 an earlier build (``test_compat_venv.py`` shows it). So:
 
-* the *base* (pinned 3.3.2 wheels, the providers' dependencies, the test tools) is built once per
-  key: the sha256 of the unpatched wheels, the constraints and the requirement list. A different
-  key rebuilds the venv from scratch;
+* the *base* is a copy of the machine's unpatched venv with every pinned provider
+  (``pstool.unpatched``: the line's pinned upstream wheels, their dependencies and the test tools),
+  copied again whenever that venv is another build (its stamp changed). A copy, because the shared
+  venv must never be installed into;
 * the provider wheels are then installed on every run with ``--force-reinstall --no-deps``, and
   :func:`assert_installed_from` checks, file by file, that the venv holds exactly what the wheels
   contain.
@@ -15,10 +16,9 @@ an earlier build (``test_compat_venv.py`` shows it). So:
 
 from __future__ import annotations
 
-import hashlib
 import json
+import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -26,60 +26,31 @@ PIP = ["-m", "pip", "--disable-pip-version-check", "--no-input"]
 KEY_FILE = ".compat-venv-key.json"
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def base_key(base_wheels: list[Path], requirements: list[str], constraints: Path | None) -> dict:
-    """What the base of the venv is built from: a change to any of it rebuilds the venv."""
-    return {
-        "python": sys.version,
-        "wheels": {w.name: sha256(w) for w in base_wheels},
-        "requirements": requirements,
-        "constraints": sha256(constraints) if constraints else None,
-    }
-
-
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def prepare_base(
-    venv: Path,
-    *,
-    base_wheels: list[Path],
-    dependency_wheels: list[Path],
-    requirements: list[str],
-    constraints: Path | None = None,
-    pip_args: list[str] | None = None,
-) -> bool:
+def copy_base(venv: Path, source: Path, *, stamp: str) -> bool:
     """
-    Make ``venv`` hold the base; return whether it was (re)built.
+    Make ``venv`` a copy of the venv ``source``; return whether it was (re)copied.
 
-    ``dependency_wheels`` are installed with their dependencies when the base is built (so the venv
-    has what they need) but are not part of the key: :func:`install_current` reinstalls them.
+    ``stamp`` is the name of the file in ``source`` that identifies its build: a copy is reused only
+    while it carries the same. The venv's Python is a symlink to the interpreter and its modules are
+    found relative to it, so a copy runs as its source does (``python -m ...``; the console scripts
+    in its ``bin/`` still name the source).
     """
-    key = base_key(base_wheels, requirements, constraints)
+    key = {"source": str(source), "stamp": (source / stamp).read_text()}
     key_path = venv / KEY_FILE
     if venv_python(venv).exists() and key_path.exists() and json.loads(key_path.read_text()) == key:
         return False
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    constraint_args = ["-c", str(constraints)] if constraints else []
-    subprocess.run(
-        [
-            str(venv_python(venv)),
-            *PIP,
-            "install",
-            "-q",
-            *(pip_args or []),
-            *constraint_args,
-            *map(str, base_wheels),
-            *map(str, dependency_wheels),
-            *requirements,
-        ],
-        check=True,
-    )
-    key_path.write_text(json.dumps(key, indent=1))
+    if venv.exists():
+        shutil.rmtree(venv)
+    partial = venv.with_name(venv.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    shutil.copytree(source, partial, symlinks=True)
+    (partial / KEY_FILE).write_text(json.dumps(key, indent=1))
+    partial.rename(venv)
     return True
 
 

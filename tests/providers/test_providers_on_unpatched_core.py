@@ -1,13 +1,13 @@
 """
 The patched providers of THIS checkout on an UNPATCHED core of this release line (3.3.2, or 3.4.0b2).
 
-A venv (``build/compat-venv``; ``build/3.4/compat-venv`` on the 3.4 line) holds the line's pinned
-upstream core / task-sdk / standard wheels (its ``upstream.lock``), the providers' dependencies and
-the test tools, resolved within the line's constraints; it is rebuilt only when those change (see
-``compat_venv.py``). The line's provider wheels (``dist/<line>/``) are then force-reinstalled
-on every run and
-checked file by file against the wheels, so the venv runs exactly the code this checkout built
-(their version, ``X+ps.1``, never changes, so a plain ``pip install`` would keep an earlier build).
+A venv (``build/compat-venv``; ``build/3.4/compat-venv`` on the 3.4 line) is a copy of the machine's
+unpatched venv of the line with every pinned provider (``pstool.unpatched``: the line's pinned
+upstream wheels as released, their dependencies, the test tools), copied again only when that venv
+is another build (see ``compat_venv.py``). The line's provider wheels (``dist/<line>/``) are then
+force-reinstalled on every run, checked file by file against the wheels, so the venv runs exactly
+the code this checkout built (their version, ``X+ps.1``, never changes, so a plain ``pip install``
+would keep an earlier build), and ``pip check`` shows that the unpatched venv holds what they need.
 
 Every provider test module that claims to cover the unpatched core (``COVERS_UNPATCHED_CORE =
 True``) runs there, in one pytest session, with the real components of this directory (the
@@ -22,27 +22,18 @@ import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import harness
 import pytest
-from compat_venv import install_current, prepare_base, venv_python
+from compat_venv import copy_base, install_current, venv_python
 from pstool.lock import load_lock
-from pstool.paths import BUILD_DIR, DIST_DIR, cache_dir
-from pstool.venv import CONSTRAINTS
+from pstool.paths import BUILD_DIR, DIST_DIR
+from pstool.unpatched import STAMP
 
 pytestmark = pytest.mark.requires_feature("aip-97-cncf-kubernetes", "aip-97-amazon", "aip-97-celery")
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 LOCK = load_lock()  # this line's pins: the unpatched core is the release the line's series applies to
-UNPATCHED = [
-    LOCK.wheel(name).file
-    for name in (
-        "apache-airflow",
-        "apache-airflow-core",
-        "apache-airflow-task-sdk",
-        "apache-airflow-providers-standard",
-    )
-]
-REQUIREMENTS = ["pytest", "pytest-timeout", "psycopg2-binary", "asyncpg", "redis"]
 CLAIM = re.compile(r"^COVERS_UNPATCHED_CORE = True$", re.MULTILINE)
 PATCHED_CORE_ONLY = "needs the AIP-97 core"
 
@@ -72,15 +63,11 @@ def test_patched_providers_run_on_an_unpatched_core(tmp_path) -> None:
         "apache_airflow_providers_cncf_kubernetes",
     ]
     venv = BUILD_DIR / "compat-venv"  # one per line: both lines' suites may run at once
-    prepare_base(
-        venv,
-        base_wheels=[cache_dir() / w for w in UNPATCHED],
-        dependency_wheels=providers,
-        requirements=REQUIREMENTS,
-        constraints=CONSTRAINTS,  # the line's own (lines/X/constraints.txt), as pstool install uses
-    )
+    copy_base(venv, harness.unpatched_venv(providers=True), stamp=STAMP)
     install_current(venv, providers)  # this checkout's build, checked byte for byte
     python = str(venv_python(venv))
+    check = subprocess.run([python, "-m", "pip", "check"], capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
     versions = subprocess.run(
         [
             python,

@@ -9,7 +9,6 @@ pass: each either fails to import what only its patch adds or fails an assertion
 from __future__ import annotations
 
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
@@ -22,17 +21,12 @@ REPO = HERE.parents[1]
 
 
 def unpatched_python() -> Path:
-    """The line's unpatched release with every pinned provider (``pstool.unpatched``, built once per
-    checkout from the line's own pinned wheels), plus pytest."""
+    """The line's unpatched release with every pinned provider, and pytest (``pstool.unpatched``: the
+    machine's shared venv, built from the line's own pinned wheels; nothing installs into it)."""
     from pstool.paths import LINE
     from pstool.unpatched import unpatched_venv
 
-    python = unpatched_venv(LINE, providers=True) / "bin" / "python"
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "pytest", "pytest-timeout"],
-        check=True,
-    )
-    return python
+    return unpatched_venv(LINE, providers=True) / "bin" / "python"
 
 
 def _outcomes(report: Path) -> dict[str, list[str]]:
