@@ -84,11 +84,8 @@ containers:
 
 RUN_TESTS := $(VENV)/bin/python dev/run_tests.py
 
-# VERIFIED_STAMP=<file>: touched once verify has passed, before the suite starts (.ci/run starts the
-# next line's verify then, so that its CPU-bound checks overlap this line's suite, not its verify).
 test: services containers install
 	$(PSTOOL) verify
-	@if [ -n "$(VERIFIED_STAMP)" ]; then touch "$(VERIFIED_STAMP)"; fi
 	$(RUN_TESTS) $(PYTEST_ARGS)
 
 test-fast: services install
