@@ -31,7 +31,7 @@ from pstool import PatchsetError
 from pstool.build import applied_patches
 from pstool.git import out
 from pstool.lines import generator_options
-from pstool.paths import BUILD_DIR, ROOT, tree_dir, venv_dir
+from pstool.paths import BUILD_DIR, CURRENT, ROOT, machine_cache_dir, tree_dir, venv_dir
 
 SDK_MODELS = "task-sdk/src/airflow/sdk/api/datamodels/_generated.py"
 REST_SPEC = "airflow-core/src/airflow/api_fastapi/core_api/openapi/v2-rest-api-generated.yaml"
@@ -85,7 +85,10 @@ def run_generators(tree: Path, venv: Path, *, from_source: bool = False) -> None
         py = str(venv / "bin" / "python")
         _run([py, "dev/generate_task_sdk_models.py"], tree / "task-sdk", venv, home, pythonpath)
         _run([str(venv / "bin" / "ruff"), "format", "--quiet", SDK_MODELS], tree, venv, home)
-        _run([py, str(ROOT / "dev" / "generate_rest_api_spec.py"), str(tree)], home, venv, home, pythonpath)
+        # Validated where the specs are made for the series (regenerate, the full series' check); a
+        # run from a tree's source (pristine upstream, a feature alone) only compares their bytes.
+        rest = [py, str(ROOT / "dev" / "generate_rest_api_spec.py"), *(["--no-validate"] if from_source else []), str(tree)]
+        _run(rest, home, venv, home, pythonpath)
         dump = [py, str(ROOT / "dev" / "dump_supervisor_schemas.py")]
         if generator_options().get("supervisor_typed_json_value"):
             dump.append("--typed-json-value")
@@ -166,17 +169,29 @@ def check_generated_from_source(tree: Path, what: str) -> str:
     return f"{what}: generated files reproduce from its own source"
 
 
-PRISTINE_CACHE = BUILD_DIR / "generated-pristine.json"
+def _pristine_stamp(key: str) -> Path:
+    """Where a passed pristine check is recorded: the machine's cache (``pstool.paths.machine_cache_dir``).
+
+    The check's inputs are pinned upstream files (the sdists, wheels and constraints of the lock)
+    and the generator code, all in ``_pristine_key``; no file of the series is among them, so its
+    result holds for every checkout of the same pins and generators on this machine, like the
+    unpatched venvs. What the series changes is still generated and compared in every checkout.
+    """
+    return machine_cache_dir() / "checks" / f"generators-reproduce-pristine-{key}"
 
 
 def _pristine_key() -> str:
-    """What the pristine check depends on: the line's pins, its generator settings and the generator code."""
+    """What the pristine check depends on: the line's pins, its generator settings, the Python and
+    the generator code (this module, the UI's codegen driver, the scripts and generator-root)."""
+    import sys
+
+    from pstool import ui
     from pstool.lock import load_lock
     from pstool.venv import CONSTRAINTS
 
     lock = load_lock()
-    parts = [repr((lock.commit, lock.wheels, lock.sources)), repr(sorted(generator_options().items()))]
-    parts += [hashlib.sha256(p.read_bytes()).hexdigest() for p in (CONSTRAINTS, Path(__file__))]
+    parts = [repr((lock.commit, lock.wheels, lock.sources)), repr(sorted(generator_options().items())), sys.version]
+    parts += [hashlib.sha256(p.read_bytes()).hexdigest() for p in (CONSTRAINTS, Path(__file__), Path(ui.__file__))]
     parts += [hashlib.sha256((ROOT / "dev" / n).read_bytes()).hexdigest() for n in ("generate_rest_api_spec.py", "dump_supervisor_schemas.py")]
     parts += [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(GENERATOR_ROOT.rglob("*")) if p.is_file()]
     return hashlib.sha256(" ".join(parts).encode()).hexdigest()[:20]
@@ -193,8 +208,9 @@ def check_pristine(*, use_cache: bool = True) -> str:
     from pstool.tree import scratch_tree
 
     key = _pristine_key()
-    if use_cache and PRISTINE_CACHE.exists() and json.loads(PRISTINE_CACHE.read_text()).get("key") == key:
-        return f"generators reproduce pristine upstream's generated files (cached {key[:12]})"
+    stamp = _pristine_stamp(key)
+    if use_cache and stamp.exists():
+        return f"generators reproduce pristine upstream's generated files (checked on this machine for these pins: {key[:12]})"
     tree = scratch_tree()
     try:
         run_generators(tree, venv_dir(), from_source=True)
@@ -208,8 +224,8 @@ def check_pristine(*, use_cache: bool = True) -> str:
             )
     finally:
         shutil.rmtree(tree, ignore_errors=True)
-    PRISTINE_CACHE.parent.mkdir(parents=True, exist_ok=True)
-    PRISTINE_CACHE.write_text(json.dumps({"key": key}))
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps({"key": key, "line": CURRENT.line}) + "\n")
     return f"generators reproduce pristine upstream's generated files byte for byte ({len(GENERATED)} files and {UI_CLIENT_DIR})"
 
 

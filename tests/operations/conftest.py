@@ -94,9 +94,9 @@ def run_dags(
     cli: harness.AirflowEnv | None = None,
     logs: tuple[str, ...] = (),
 ) -> None:
-    """Trigger each Dag once it is parsed (``airflow dags trigger`` of ``cli``, default the stack's build),
-    then wait until every run of them has finished; on a timeout, print the tries and the ``logs``."""
-    cli = cli or stack.env
+    """Trigger each Dag once it is parsed (``airflow dags trigger`` of ``cli``, another build; by default
+    ``stack.trigger``: the REST API of the stack's api-server), then wait until every run of them has
+    finished; on a timeout, print the tries and the ``logs``."""
     for dag_id in dag_ids:
         stack.wait_for(
             lambda d=dag_id: stack.query("SELECT 1 FROM dag WHERE dag_id = %(d)s AND is_stale IS FALSE", d=d),
@@ -104,7 +104,10 @@ def run_dags(
             what=f"{dag_id} parsed",
             logs=logs,
         )
-        cli.airflow("dags", "trigger", dag_id, timeout=120)
+        if cli is None:
+            stack.trigger(dag_id)
+        else:
+            cli.airflow("dags", "trigger", dag_id, timeout=120)
 
     def finished() -> bool:
         runs = [r for r in stack.query("SELECT dag_id, state FROM dag_run") if r["dag_id"] in dag_ids]
