@@ -141,6 +141,25 @@ def load_summaries() -> list[ModuleType]:
     return modules
 
 
+def unpause(dag_id: str) -> None:
+    """What ``airflow dags unpause`` does, in this process (which already has Airflow imported)."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.query(DagModel).filter(DagModel.dag_id == dag_id).update({DagModel.is_paused: False})
+
+
+def trigger(dag_id: str) -> None:
+    """What ``airflow dags trigger`` does (the local API client), in this process: no Airflow start-up
+    per Dag."""
+    import getpass
+
+    from airflow.api.client import get_current_api_client
+
+    get_current_api_client().trigger_dag(dag_id=dag_id, triggering_user_name=getpass.getuser())
+
+
 def airflow(env: dict[str, str], *args: str) -> str:
     proc = subprocess.run([str(VENV_BIN / "airflow"), *args], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -223,10 +242,10 @@ def main() -> int:
         wait_for(parsed, 180, f"the dag-processor to parse {', '.join(dag_ids)}", procs)
         for module in summaries:
             for dag_id in getattr(module, "UNPAUSE_ONLY", ()):
-                airflow(env, "dags", "unpause", dag_id)
+                unpause(dag_id)
             for dag_id in module.TRIGGER:
-                airflow(env, "dags", "unpause", dag_id)
-                airflow(env, "dags", "trigger", dag_id)
+                unpause(dag_id)
+                trigger(dag_id)
         print(f"triggered: {', '.join(t for m in summaries for t in m.TRIGGER)}", flush=True)
         for module in summaries:
             wait_for(module.finished, module.TIMEOUT, f"the {module.TITLE} Dags to finish", procs)
