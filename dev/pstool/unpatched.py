@@ -74,12 +74,18 @@ def _kind(line: str, providers: bool) -> str:
     return f"{line}-{'full' if providers else 'base'}"
 
 
+def named_venv(providers: bool) -> Path | None:
+    """The venv ``AIRFLOW_UNPATCHED_VENV`` (``AIRFLOW_UNPATCHED_FULL_VENV`` with the providers) names, if any."""
+    value = os.environ.get("AIRFLOW_UNPATCHED_FULL_VENV" if providers else "AIRFLOW_UNPATCHED_VENV")
+    return Path(value) if value else None
+
+
 def default_path(line: str, *, providers: bool = False, key: dict | None = None) -> Path:
     """``AIRFLOW_UNPATCHED_(FULL_)VENV``, else the machine cache's venv of ``key`` (default: the
     line's current one)."""
-    variable = "AIRFLOW_UNPATCHED_FULL_VENV" if providers else "AIRFLOW_UNPATCHED_VENV"
-    if os.environ.get(variable):
-        return Path(os.environ[variable])
+    named = named_venv(providers)
+    if named:
+        return named
     if key is None:
         where = for_line(line)
         key = build_key(line, load_lock(where.lock_file), where.constraints, providers=providers)
@@ -136,8 +142,7 @@ def unpatched_venv(line: str, *, providers: bool = False, path: Path | None = No
     where = for_line(line)
     lock = load_lock(where.lock_file)
     key = build_key(line, lock, where.constraints, providers=providers)
-    variable = "AIRFLOW_UNPATCHED_FULL_VENV" if providers else "AIRFLOW_UNPATCHED_VENV"
-    named = Path(path) if path else (Path(os.environ[variable]) if os.environ.get(variable) else None)
+    named = Path(path) if path else named_venv(providers)
     venv = named or default_path(line, providers=providers, key=key)
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{venv}.lock", "w") as guard:

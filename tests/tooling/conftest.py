@@ -22,7 +22,28 @@ SYSTEM_PYTHON = os.environ.get("PSTOOL_PYTHON", "python3")
 if str(REPO / "dev") not in sys.path:
     sys.path.insert(0, str(REPO / "dev"))
 
-from pstool.paths import DEFAULT_LINE, for_line  # noqa: E402
+from pstool.paths import DEFAULT_LINE, LINE, for_line  # noqa: E402
+
+
+def _ruff_pin(line: str) -> str | None:
+    for row in for_line(line).constraints.read_text().splitlines():
+        if row.strip().lower().startswith("ruff=="):
+            return row.strip().lower()
+    return None
+
+
+def session_ruff(line: str) -> str | None:
+    """The ruff of this session's venv when it is the one ``line`` pins (both lines pin the same), else None.
+
+    pstool's review checks run the venv's ruff, and the pstool subprocess's venv is ``line``'s
+    (``.venv`` for the default line): a clone that built only another line's venv (CI runs some
+    line-independent tests in the 3.4 line's clone) has none, while the same pinned ruff is here.
+    """
+    ruff = Path(sys.prefix) / "bin" / "ruff"
+    session_line = LINE
+    if ruff.is_file() and _ruff_pin(session_line) is not None and _ruff_pin(session_line) == _ruff_pin(line):
+        return str(ruff)
+    return None
 
 
 class Pstool:
@@ -49,6 +70,9 @@ class Pstool:
             PATCHSET_DIST=str(self.dist),
             PATCHSET_CACHE=str(REPO / ".cache" / "upstream"),
         )
+        ruff = session_ruff(self.line)
+        if ruff:
+            env["PSTOOL_RUFF"] = ruff
         return env
 
     def lock(self) -> Any:

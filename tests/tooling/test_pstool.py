@@ -254,3 +254,23 @@ def test_export_upstream_lists_the_edits_the_release_cannot_carry(pstool: Any, t
     )
     assert f"    - {module}: upstream keeps these tests in airflow-core/tests/unit/models/test_taskinstance.py" in cover
     assert os.path.exists(Path(proc.stdout.strip()) / "0001-document-widgets.patch")
+
+
+def test_the_pstool_subprocess_finds_ruff_in_a_clone_without_the_default_lines_venv(tmp_path: Path) -> None:
+    """CI runs these tests in the 3.4 line's clone, which has no ``.venv`` (the default line's): the
+    review checks' ruff then came from nowhere ("ruff not found") and every verify here failed. The
+    subprocess now gets this session's ruff, the same pinned version on both lines."""
+    from conftest import SYSTEM_PYTHON, Pstool
+
+    pstool = Pstool(tmp_path)
+    env = {**pstool.env, "PATCHSET_VENV": str(tmp_path / "no-such-venv")}  # as in that clone
+    proc = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "from pstool.checks import _ruff; print(_ruff())"],
+        env=env, capture_output=True, text=True, check=True, cwd=tmp_path,
+    )
+    found = proc.stdout.strip()
+    assert found != "None", "the pstool subprocess has no ruff"
+    assert Path(found).is_file()
+    version = subprocess.run([found, "--version"], capture_output=True, text=True, check=True).stdout.split()[-1]
+    pins = {line: (REPO / "lines" / line / "constraints.txt").read_text() for line in ("3.3", "3.4")}
+    assert all(f"ruff=={version}" in text for text in pins.values()), "ruff is not the version both lines pin"
