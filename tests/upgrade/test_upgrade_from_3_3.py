@@ -35,10 +35,11 @@ import harness  # noqa: E402
 import lines  # noqa: E402
 
 VENV33 = Path(sys.executable).parent.parent
-#: The 3.4 line's venv (``make install LINE=3.4``, which the module fixture runs when it is missing or
-#: stale); ``UPGRADE_VENV_34`` names another build of it, which the fixture waits for (``.ci/run``
-#: names the 3.4 line's clone's).
-VENV34 = Path(os.environ.get("UPGRADE_VENV_34", REPO / ".venv-3.4"))
+#: The 3.4 line's venv this checkout's ``make install LINE=3.4`` builds (the module fixture runs it
+#: when it is missing or stale); ``UPGRADE_VENV_34`` names another build of it, which the fixture
+#: waits for (``.ci/run`` names the 3.4 line's clone's), and ``UPGRADE_VENV_34_ENDED`` a file that
+#: exists once that other build's command has ended (``.ci/run``: its exit status).
+OWN_VENV34 = REPO / ".venv-3.4"
 SCRIPT = REPO / "dev" / "upgrade_from_3_3.py"
 #: What ``pstool install`` writes into a venv once it is complete (``pstool.venv.STAMP``).
 STAMP = ".patchset-stamp.json"
@@ -50,34 +51,79 @@ pytestmark = [
         lines.LINE != lines.DEFAULT_LINE,
         reason="builds the patched 3.3.2 database with the 3.3 line's venv: runs in the 3.3 line's session",
     ),
-    pytest.mark.usefixtures("venv34"),
 ]
+
+
+def _install_34_here() -> Path:
+    """``pstool install`` of the 3.4 line in this checkout (quick when it is up to date)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PATCHSET_", "VIRTUAL_ENV", "UPGRADE_"))}
+    env.update(PATCHSET_LINE="3.4", PYTHONPATH=str(REPO / "dev"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pstool", "install"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=1500, check=False,
+    )
+    assert proc.returncode == 0, f"installing the 3.4 line failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return OWN_VENV34
+
+
+def _wait_for_other_build(venv: Path, ended: Path | None, timeout: float) -> bool:
+    """Wait until the other build of the 3.4 venv is complete (True) or its command has ended without
+    completing it (False: ``ended`` exists and the venv has no stamp); raise on ``timeout``."""
+
+    def done() -> str | None:
+        if (venv / STAMP).exists():
+            return "installed"
+        if ended is not None and ended.exists():
+            return "ended"
+        return None
+
+    outcome = harness.wait_for(
+        done, timeout=timeout, interval=5, what=f"the 3.4 line's install to finish ({venv / STAMP}, UPGRADE_VENV_34)"
+    )
+    # The stamp is written last, so it may land between the two looks: look once more.
+    return outcome == "installed" or (venv / STAMP).exists()
 
 
 @pytest.fixture(scope="module")
 def venv34() -> Path:
     """The 3.4 line's patched venv: this session installs it itself (``pstool install`` of the 3.4 line,
     which fetches, checks out and builds what it needs, and is quick when it is up to date), so the
-    3.3 line's ``make test`` never relies on another command having installed the 3.4 line first."""
-    if "UPGRADE_VENV_34" not in os.environ:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PATCHSET_", "VIRTUAL_ENV"))}
-        env.update(PATCHSET_LINE="3.4", PYTHONPATH=str(REPO / "dev"))
-        proc = subprocess.run(
-            [sys.executable, "-m", "pstool", "install"],
-            env=env, cwd=REPO, capture_output=True, text=True, timeout=1500, check=False,
-        )
-        assert proc.returncode == 0, f"installing the 3.4 line failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    3.3 line's ``make test`` never relies on another command having installed the 3.4 line first.
+
+    With ``UPGRADE_VENV_34`` (CI: the 3.4 line's clone builds that venv from the same commit), it
+    waits for that build instead; if that build's command ends without completing it (a failure the
+    3.4 line's own result reports), it installs the 3.4 line here after all, so that the 3.3 line's
+    upgrade tests neither wait out their timeout nor fail for another line's reason.
+    """
+    named = os.environ.get("UPGRADE_VENV_34")
+    if not named:
+        venv = _install_34_here()
     else:
-        # Another session builds it (CI: the 3.4 line's own clone, from the same commit): wait until
-        # its install has finished, which `pstool install` marks by writing the venv's stamp last.
-        harness.wait_for(
-            lambda: (VENV34 / STAMP).exists(),
-            timeout=float(os.environ.get("UPGRADE_VENV_34_WAIT", "1800")),
-            interval=5,
-            what=f"the 3.4 line's install to finish ({VENV34 / STAMP}, UPGRADE_VENV_34)",
-        )
-    assert harness.venv_python_ok(VENV34), f"no 3.4 venv at {VENV34}"
-    return VENV34
+        ended = os.environ.get("UPGRADE_VENV_34_ENDED")
+        timeout = float(os.environ.get("UPGRADE_VENV_34_WAIT", "1800"))
+        if _wait_for_other_build(Path(named), Path(ended) if ended else None, timeout):
+            venv = Path(named)
+        else:
+            print(f"the build of {named} ended without completing it ({ended}); installing the 3.4 line here")
+            venv = _install_34_here()
+    assert harness.venv_python_ok(venv), f"no 3.4 venv at {venv}"
+    return venv
+
+
+def test_waiting_for_another_build_ends_when_its_command_ended_without_it(tmp_path: Path) -> None:
+    """CI's 3.3 line waits for the 3.4 clone's venv; when that clone's command has ended without
+    completing it, the wait ends at once (the fixture then installs the 3.4 line itself) rather than
+    after its timeout (30 min: what a failed 3.4 install once cost the 3.3 line, both its upgrade
+    tests failing for the 3.4 line's reason)."""
+    venv, ended = tmp_path / "venv", tmp_path / "3.4.rc"
+    venv.mkdir()
+    with pytest.raises(TimeoutError, match="the 3.4 line's install to finish"):
+        _wait_for_other_build(venv, ended, timeout=0)
+    ended.write_text("2\n")
+    assert _wait_for_other_build(venv, ended, timeout=600) is False
+    (venv / STAMP).write_text("{}")
+    assert _wait_for_other_build(venv, ended, timeout=600) is True
+    assert _wait_for_other_build(venv, None, timeout=600) is True
 
 
 def _database(backend: str, tmp_path: Path) -> contextlib.AbstractContextManager[str]:
@@ -139,8 +185,8 @@ def _snapshot_33(url: str) -> dict[str, Any]:
     }
 
 
-def _script(step: str, url: str, home: Path) -> subprocess.CompletedProcess:
-    env = harness.AirflowEnv(VENV34, home, db_url=url)
+def _script(step: str, url: str, home: Path, venv34: Path) -> subprocess.CompletedProcess:
+    env = harness.AirflowEnv(venv34, home, db_url=url)
     proc = subprocess.run(
         [env.python, str(SCRIPT), step], env=env.env, capture_output=True, text=True, timeout=600, check=False
     )
@@ -181,7 +227,7 @@ def _schema(url: str, tables: tuple[str, ...]) -> dict[str, Any]:
 @pytest.mark.e2e
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_patched_33_database_upgrades_to_34_without_loss(backend: str, tmp_path: Path) -> None:
+def test_patched_33_database_upgrades_to_34_without_loss(backend: str, tmp_path: Path, venv34: Path) -> None:
     with _database(backend, tmp_path) as url:
         _make_patched_33_database(url, tmp_path / "home33")
         before = _snapshot_33(url)
@@ -213,22 +259,22 @@ def test_patched_33_database_upgrades_to_34_without_loss(backend: str, tmp_path:
             )
 
         home34 = tmp_path / "home34"
-        first = _script("prepare", url, home34)
+        first = _script("prepare", url, home34, venv34)
         assert first.returncode == 0, first.stderr
         assert "stamped d2f4e1b3c5a7" in first.stdout
-        again = _script("prepare", url, home34)
+        again = _script("prepare", url, home34, venv34)
         assert again.returncode == 0 and "already prepared" in again.stdout, again.stdout
         if backend == "sqlite":
             tables = ("task_instance", "task_instance_history", "asset_event")
             assert _schema(url, tables) == _schema(f"sqlite:///{reference}", tables)
 
-        too_early = _script("restore", url, home34)
+        too_early = _script("restore", url, home34, venv34)
         assert too_early.returncode == 2 and "run `airflow db migrate`" in too_early.stderr
 
-        harness.AirflowEnv(VENV34, home34, db_url=url).airflow("db", "migrate", timeout=600)
-        restored = _script("restore", url, home34)
+        harness.AirflowEnv(venv34, home34, db_url=url).airflow("db", "migrate", timeout=600)
+        restored = _script("restore", url, home34, venv34)
         assert restored.returncode == 0, restored.stderr
-        restored_again = _script("restore", url, home34)
+        restored_again = _script("restore", url, home34, venv34)
         assert restored_again.returncode == 0, restored_again.stderr
 
         # No task instance or history row lost: each is a task_instance row with its UUID and coordinates.
@@ -289,6 +335,6 @@ def test_patched_33_database_upgrades_to_34_without_loss(backend: str, tmp_path:
         assert {(r["asset_id"], r["idempotency_key"], r["asset_event_id"]) for r in got_keys} == keys
 
         # The whole sequence again on the upgraded database changes nothing.
-        rerun = _script("run", url, home34)
+        rerun = _script("run", url, home34, venv34)
         assert rerun.returncode == 0, rerun.stderr
         assert {_norm_id(r["id"]) for r in _rows(url, "SELECT id FROM task_instance")} == set(after)
