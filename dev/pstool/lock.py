@@ -6,6 +6,7 @@ import hashlib
 import re
 import subprocess
 import sys
+import time
 import tomllib
 import zipfile
 from dataclasses import dataclass, field
@@ -111,6 +112,26 @@ def verify_file(pinned: PinnedFile, path: Path) -> None:
         )
 
 
+#: Seconds to wait before the second and third attempt at a download. A registry's brief failure
+#: (a reset connection, a 5xx) should not fail a build; a file that is not there fails all three.
+DOWNLOAD_WAITS: tuple[float, ...] = (5.0, 20.0)
+
+
+def download_with_retries(cmd: list[str], expected: Path, what: str) -> None:
+    """Run ``cmd`` until it has put ``expected`` in place, up to ``1 + len(DOWNLOAD_WAITS)`` times;
+    raise, with what the last attempt printed, if it never does."""
+    waits = [*DOWNLOAD_WAITS, None]
+    for attempt, wait in enumerate(waits, 1):
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+        if expected.exists():
+            return
+        if wait is None:
+            said = (proc.stderr.strip() or proc.stdout.strip())[-2000:] or f"exit {proc.returncode}, no output"
+            raise PatchsetError(f"could not download {what} ({attempt} attempts); the last one said:\n{said}")
+        print(f"pstool: downloading {what} failed (attempt {attempt}); trying again in {wait:g}s", file=sys.stderr)
+        time.sleep(wait)
+
+
 def _download(pinned: PinnedFile, dest: Path) -> None:
     if pinned.registry == "npm":
         _download_npm(pinned, dest)
@@ -123,10 +144,9 @@ def _download(pinned: PinnedFile, dest: Path) -> None:
     else:
         cmd += ["--only-binary", ":all:"]
     cmd.append(pinned.requirement)
-    # pip tries to build metadata for an sdist; it may fail after the download, which is fine.
-    subprocess.run(cmd, check=False, capture_output=True, text=True)
-    if not (dest / pinned.file).exists():
-        raise PatchsetError(f"could not download {pinned.file} ({pinned.requirement}) from the package index")
+    # pip tries to build metadata for an sdist; it may fail after the download, which is fine: the
+    # file being there is what counts.
+    download_with_retries(cmd, dest / pinned.file, f"{pinned.file} ({pinned.requirement}) from the package index")
 
 
 def _download_npm(pinned: PinnedFile, dest: Path) -> None:
@@ -134,9 +154,7 @@ def _download_npm(pinned: PinnedFile, dest: Path) -> None:
     from pstool.ui import npm_command
 
     cmd = [*npm_command(), "pack", "--silent", f"{pinned.name}@{pinned.version}", "--pack-destination", str(dest)]
-    subprocess.run(cmd, check=False, capture_output=True, text=True)
-    if not (dest / pinned.file).exists():
-        raise PatchsetError(f"could not download {pinned.file} ({pinned.name}@{pinned.version}) from the npm registry")
+    download_with_retries(cmd, dest / pinned.file, f"{pinned.file} ({pinned.name}@{pinned.version}) from the npm registry")
 
 
 def fetch_tools(lock: Lock | None = None) -> dict[str, Path]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from pstool import PatchsetError
 from pstool.git import git, out
 from pstool.layout import UI_CLIENT_DIR, UI_TREE_DIR
-from pstool.lock import Lock, PinnedFile, load_lock, verify_file
+from pstool.lock import DOWNLOAD_WAITS, Lock, PinnedFile, load_lock, verify_file
 from pstool.paths import BUILD_DIR, ROOT, cache_dir
 
 UI_DIR = UI_TREE_DIR.rstrip("/")
@@ -177,7 +177,17 @@ def ensure_store(tc: Toolchain, ui: Path) -> None:
     if stamp.exists():
         return
     _log("fetching the UI's dependencies into the pnpm store (once per pnpm-lock.yaml)")
-    _run(tc, ui, "fetch", "--frozen-lockfile", what="pnpm fetch")
+    # The registry's brief failures should not fail a build: the fetch is idempotent (what is in
+    # the store already is not fetched again), so it is tried again as a download is (pstool.lock).
+    for wait in (*DOWNLOAD_WAITS, None):
+        try:
+            _run(tc, ui, "fetch", "--frozen-lockfile", what="pnpm fetch")
+            break
+        except PatchsetError as e:
+            if wait is None:
+                raise
+            _log(f"{str(e).splitlines()[0]}; trying again in {wait:g}s")
+            time.sleep(wait)
     stamp.write_text(lock_sha)
 
 
