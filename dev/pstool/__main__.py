@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="fail if any byte of patches/ would change")
     p = sub.add_parser("verify", help="series hygiene, trailers, strict apply, per-feature apply, generated files")
     p.add_argument("--no-generated", action="store_true", help="skip re-running the generators")
+    p.add_argument(
+        "--recheck",
+        action="store_true",
+        help="run the generator and UI lint checks even where this machine has a passed stamp for the same content",
+    )
     p = sub.add_parser("check", help="run upstream's review checks (pstool.checks) on a materialized tree")
     p.add_argument("--tree", type=Path)
     p.add_argument("--only", action="append", help="run only this check (repeatable)")
@@ -82,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "verify":
             from pstool.verify import verify
 
+            if args.recheck:
+                os.environ["PATCHSET_RECHECK"] = "1"
             return verify(generated=not args.no_generated)
         elif args.command == "check":
             from pstool.checks import CHECKS, run_checks

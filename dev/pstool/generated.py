@@ -27,11 +27,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from pstool import PatchsetError
+from pstool import PatchsetError, stamps
 from pstool.build import applied_patches
 from pstool.git import out
 from pstool.lines import generator_options
-from pstool.paths import BUILD_DIR, CURRENT, ROOT, machine_cache_dir, tree_dir, venv_dir
+from pstool.paths import CURRENT, ROOT, machine_cache_dir, tree_dir, venv_dir
 
 SDK_MODELS = "task-sdk/src/airflow/sdk/api/datamodels/_generated.py"
 REST_SPEC = "airflow-core/src/airflow/api_fastapi/core_api/openapi/v2-rest-api-generated.yaml"
@@ -39,7 +39,9 @@ UI_SPEC = "airflow-core/src/airflow/api_fastapi/core_api/openapi/_private_ui.yam
 SUPERVISOR_SCHEMA = "task-sdk/src/airflow/sdk/execution_time/schema/schema.json"
 GENERATED = (SDK_MODELS, REST_SPEC, UI_SPEC, SUPERVISOR_SCHEMA)
 GENERATOR_ROOT = ROOT / "dev" / "generator-root"
-CACHE = BUILD_DIR / "generated-check.json"
+# The stamps of passed checks (pstool.stamps), by check.
+SERIES_CHECK = "generators-reproduce-series"
+SELECTION_CHECK = "generators-reproduce-selection"
 
 
 def _installed_patch_ids(venv: Path) -> list[str]:
@@ -100,6 +102,11 @@ def run_generators(tree: Path, venv: Path, *, from_source: bool = False) -> None
         shutil.rmtree(home, ignore_errors=True)
 
 
+def _tree_ids(tree: Path) -> list[str]:
+    """The git tree ids, at ``tree``'s HEAD, of what the generators read and write."""
+    return [out(tree, "rev-parse", f"HEAD:{d}") for d in ("airflow-core", "task-sdk", "shared")]
+
+
 def check_generated(tree: Path, touched: list[str]) -> list[str]:
     """Fail unless every generated file the series touches is what the generator produces."""
     from pstool import ui
@@ -110,9 +117,9 @@ def check_generated(tree: Path, touched: list[str]) -> list[str]:
         raise PatchsetError(f"no generator is known for {', '.join(unknown)}")
     venv = venv_dir()
     series_ids = [p["patch_id"] for p in applied_patches(tree)]
-    key = hashlib.sha256(json.dumps(series_ids).encode()).hexdigest()
-    if CACHE.exists() and json.loads(CACHE.read_text()).get("key") == key:
-        return [f"generated files reproduce upstream's generators (checked for this series: {CACHE.name})"]
+    key = stamps.key("full series", *_tree_ids(tree), repr(sorted(touched)), repr(sorted(generator_options().items())))
+    if stamps.passed(SERIES_CHECK, key):
+        return [f"generated files reproduce upstream's generators (passed on this machine for this series: {key[:12]})"]
     if _installed_patch_ids(venv) != series_ids:
         raise PatchsetError(
             f"{venv} does not hold wheels built from this series; run `make install` first "
@@ -134,38 +141,33 @@ def check_generated(tree: Path, touched: list[str]) -> list[str]:
                 f"REST specs; run `pstool regenerate` and commit it with the spec change: {', '.join(stale[:8])}"
             )
         report.append(f"pnpm codegen reproduces {UI_CLIENT_DIR}")
-    CACHE.parent.mkdir(parents=True, exist_ok=True)
-    CACHE.write_text(json.dumps({"key": key}))
+    stamps.record(SERIES_CHECK, key, "; ".join(report))
     return report
 
 
-SELECTION_CACHE = BUILD_DIR / "generated-selections.json"
+def selection_key(tree: Path) -> str:
+    """The stamp key of :func:`check_generated_from_source` on ``tree``: the git tree ids of what the
+    generators read and write (core, task-sdk, shared libraries) and the generator settings, in
+    this environment (:func:`pstool.stamps.environment_key`)."""
+    return stamps.key("selection", *_tree_ids(tree), repr(sorted(generator_options().items())))
 
 
 def check_generated_from_source(tree: Path, what: str) -> str:
     """Fail unless the generated files in ``tree`` (a selection of the series) are what the
     generators make of that tree's own source (``run_generators(from_source=True)``).
 
-    Cached by the git tree ids of what the generators read (core, task-sdk, shared libraries) and of
-    the generator scripts, so selections differing only in provider patches are checked once.
+    A pass is stamped on the machine by :func:`selection_key` (:mod:`pstool.stamps`), so selections
+    differing only in provider patches, and every later checkout of the same series, check once.
     """
-    key = hashlib.sha256(
-        " ".join(
-            [out(tree, "rev-parse", f"HEAD:{d}") for d in ("airflow-core", "task-sdk", "shared")]
-            + [hashlib.sha256((ROOT / "dev" / n).read_bytes()).hexdigest() for n in ("generate_rest_api_spec.py", "dump_supervisor_schemas.py")]
-            + [repr(sorted(generator_options().items()))]
-        ).encode()
-    ).hexdigest()[:20]
-    done = json.loads(SELECTION_CACHE.read_text()) if SELECTION_CACHE.exists() else []
-    if key in done:
-        return f"{what}: generated files reproduce from its own source (cached {key[:12]})"
+    key = selection_key(tree)
+    if stamps.passed(SELECTION_CHECK, key):
+        return f"{what}: generated files reproduce from its own source (passed on this machine: {key[:12]})"
     run_generators(tree, venv_dir(), from_source=True)
     dirty = out(tree, "status", "--porcelain", "--", *GENERATED)
     if dirty:
         diff = out(tree, "diff", "--stat", "--", *GENERATED)
         raise PatchsetError(f"{what}: generated files differ from what the generators make of its source:\n{diff}")
-    SELECTION_CACHE.parent.mkdir(parents=True, exist_ok=True)
-    SELECTION_CACHE.write_text(json.dumps(sorted(set(done) | {key})))
+    stamps.record(SELECTION_CHECK, key, f"{what}: generated files reproduce from its own source")
     return f"{what}: generated files reproduce from its own source"
 
 

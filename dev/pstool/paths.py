@@ -109,7 +109,8 @@ def machine_cache_dir() -> Path:
     """What this machine keeps for every checkout, outside any (``PATCHSET_MACHINE_CACHE`` overrides;
     else ``$XDG_CACHE_HOME/airflow-patchset``, ``~/.cache/airflow-patchset``): only what pinned upstream
     files alone determine, keyed by them (the unpatched venvs, :mod:`pstool.unpatched`; the stamp of a
-    passed pristine-generators check, :func:`pstool.generated.check_pristine`)."""
+    passed pristine-generators check, :func:`pstool.generated.check_pristine`), and the stamps of
+    verify's passed deterministic checks, keyed by the content they checked (:mod:`pstool.stamps`)."""
     if os.environ.get("PATCHSET_MACHINE_CACHE"):
         return Path(os.environ["PATCHSET_MACHINE_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"

@@ -18,10 +18,11 @@
    upstream's generator reproduces the file (see ``pstool.generated``); the UI's ``openapi-gen/``
    client must be what ``pnpm codegen`` makes of the patched REST specs.
    Each feature alone too: its selection's generated files are what the generators make of that
-   selection's own source (``check_generated_from_source``; cached per core/sdk/shared content).
+   selection's own source (``check_generated_from_source``).
+   A pass of these is stamped on the machine by the content it checked (``pstool.stamps``).
 7. UI lint: when the series touches the UI source, upstream's UI hook (``ts-compile-lint-ui``: eslint,
    prettier and tsc on the files the series changes, as upstream's prek runs it on a pull request) passes
-   on the patched UI (see ``pstool.ui``; cached per UI source).
+   on the patched UI (see ``pstool.ui``; stamped on the machine per UI source, ``pstool.stamps``).
 8. Upstream's review checks (``pstool.checks``): on the whole series and on each feature alone.
 9. Twins (``pstool.twins``): every patch has its twin on every other line, or says why not; no patch
    changed on one line only since the last port, unless accepted on purpose with a reason.

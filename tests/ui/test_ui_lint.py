@@ -31,11 +31,11 @@ def _git(tree: Path, *args: str) -> None:
 
 @pytest.fixture
 def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A clone of the line's tree (the series applied), with a lint cache of its own."""
+    """A clone of the line's tree (the series applied), with a machine cache (lint stamps) of its own."""
     tree = tmp_path / "tree"
     subprocess.run(["git", "clone", "-q", str(lines.TREE), str(tree)], check=True)
     _git(tree, "fetch", "-q", "origin", "refs/patches/upstream-base:refs/patches/upstream-base")
-    monkeypatch.setattr(ui, "LINT_CACHE", tmp_path / "lint.json")
+    monkeypatch.setenv("PATCHSET_MACHINE_CACHE", str(tmp_path / "machine"))
     return tree
 
 
@@ -50,6 +50,7 @@ def test_a_type_error_in_a_changed_file_fails(scratch: Path) -> None:
     _commit(scratch, lambda t: t + "\nexport const wrong: number = \"not a number\";\n", "A type error")
     with pytest.raises(PatchsetError, match=r"tsc \(changed files\)"):
         ui.lint(scratch)
+    assert not (scratch.parent / "machine" / "checks").exists(), "a failed lint left a stamp"
 
 
 def test_a_formatting_error_in_a_changed_file_fails(scratch: Path) -> None:
