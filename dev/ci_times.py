@@ -1,7 +1,8 @@
-"""Print the wall time of each test directory per release line, and the run's total (``.ci/run``'s last table).
+"""Print the wall time of each test directory per release line, and the run's total (``.ci/run``'s last table);
+then, where the logs have them, the CPU seconds each directory's session used.
 
 Reads the ``make test`` output of each line (``dev/run_tests.py`` prints one
-``----- tests/<dir>: ... in <N>s`` line per directory and ``suite took <M> min``)::
+``----- tests/<dir>: ... in <N>s (<C>s CPU)`` line per directory and ``suite took <M> min``)::
 
     python3 dev/ci_times.py --total-seconds 2210 3.3=/tmp/3.3.log 3.4=/tmp/3.4.log
 """
@@ -13,21 +14,46 @@ import re
 import sys
 from pathlib import Path
 
-DIRECTORY = re.compile(r"^----- tests/(?P<dir>\S+): .* in (?P<seconds>\d+)s\s*$")
+DIRECTORY = re.compile(r"^----- tests/(?P<dir>\S+): .* in (?P<seconds>\d+)s(?: \((?P<cpu>\d+)s CPU\))?\s*$")
 SUITE = re.compile(r"^suite took (?P<minutes>[\d.]+) min")
 
 
 def times(log: Path) -> tuple[dict[str, int], float | None]:
     """{directory: seconds} and the suite's minutes, from one line's ``make test`` output."""
+    per_dir, _, suite = _parse(log)
+    return per_dir, suite
+
+
+def _parse(log: Path) -> tuple[dict[str, int], dict[str, int], float | None]:
     per_dir: dict[str, int] = {}
+    cpu: dict[str, int] = {}
     suite = None
     text = log.read_text(errors="replace") if log.exists() else ""
     for line in text.splitlines():
         if m := DIRECTORY.match(line):
             per_dir[m["dir"]] = int(m["seconds"])
+            if m["cpu"] is not None:
+                cpu[m["dir"]] = int(m["cpu"])
         elif m := SUITE.match(line):
             suite = float(m["minutes"])
-    return per_dir, suite
+    return per_dir, cpu, suite
+
+
+def cpu_table(lines: dict[str, Path]) -> str:
+    """Each directory's CPU seconds per line, and their sum; empty when no log has them."""
+    data = {line: _parse(log)[1] for line, log in lines.items()}
+    directories: list[str] = []
+    for cpu in data.values():
+        directories += [d for d in cpu if d not in directories]
+    if not directories:
+        return ""
+    width = max([len("all directories"), *map(len, directories)])
+    rows = ["test directory CPU time (s: its session and the processes it started), per release line:"]
+    rows.append(f"  {'directory':{width}}" + "".join(f"{line:>8}" for line in data))
+    for directory in directories:
+        rows.append(f"  {directory:{width}}" + "".join(f"{data[line].get(directory, '-')!s:>8}" for line in data))
+    rows.append(f"  {'all directories':{width}}" + "".join(f"{sum(cpu.values())!s:>8}" for cpu in data.values()))
+    return "\n".join(rows)
 
 
 def table(lines: dict[str, Path], total_seconds: float | None) -> str:
@@ -57,6 +83,8 @@ def main(argv: list[str]) -> int:
         line, _, log = item.partition("=")
         lines[line] = Path(log)
     print(table(lines, args.total_seconds))
+    if cpu := cpu_table(lines):
+        print(cpu)
     return 0
 
 

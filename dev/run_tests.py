@@ -19,6 +19,7 @@ line in a clone of its own to prove it).
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -71,6 +72,14 @@ def prepare_images(argv: list[str]) -> None:
     print(f"images: {standin}, {tag} ({time.monotonic() - t0:.0f}s)", flush=True)
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of the finished processes this one waited for, and of theirs:
+    a directory's pytest session with the Airflow components and helpers it started and stopped
+    (a process nothing waited for, e.g. one orphaned by a kill, is not counted)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main(argv: list[str]) -> int:
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     broken: list[str] = []
@@ -87,6 +96,7 @@ def main(argv: list[str]) -> int:
             prepare_images(argv)
         with tempfile.NamedTemporaryFile(suffix=".xml") as report:
             t0 = time.monotonic()
+            cpu0 = _children_cpu()
             print(f"\n===== tests/{directory.name} =====", flush=True)
             proc = subprocess.run(
                 [sys.executable, "-m", "pytest", str(directory), f"--junitxml={report.name}", *argv],
@@ -108,7 +118,8 @@ def main(argv: list[str]) -> int:
             if proc.returncode not in (0, 5) or counts["failed"] or counts["errors"]:
                 broken.append(directory.name)
             print(f"----- tests/{directory.name}: {counts['passed']} passed, {counts['failed']} failed, "
-                  f"{counts['skipped']} skipped, {counts['errors']} errors in {time.monotonic() - t0:.0f}s", flush=True)
+                  f"{counts['skipped']} skipped, {counts['errors']} errors in {time.monotonic() - t0:.0f}s "
+                  f"({_children_cpu() - cpu0:.0f}s CPU)", flush=True)
     minutes = (time.monotonic() - started) / 60
     print(f"\nsuite took {minutes:.1f} min" + (f"; failing: {', '.join(broken)}" if broken else ""))
     failed = totals["failed"] + totals["errors"]

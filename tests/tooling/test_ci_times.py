@@ -15,13 +15,14 @@ release line 3.3: /x/.venv/bin/python
 ..........
 ----- tests/tooling: 70 passed, 0 failed, 0 skipped, 0 errors in 301s
 ===== tests/aip122 =====
------ tests/aip122: 44 passed, 0 failed, 0 skipped, 0 errors in 412s
+----- tests/aip122: 44 passed, 0 failed, 0 skipped, 0 errors in 412s (390s CPU)
     ----- tests/not_a_directory_line: in 9s
 
 suite took 12.0 min
 """
 LOG_34 = """\
------ tests/aip122: 43 passed, 1 failed, 0 skipped, 0 errors in 398s
+----- tests/aip122: 43 passed, 1 failed, 0 skipped, 0 errors in 398s (401s CPU)
+----- tests/ui: 9 passed, 0 failed, 0 skipped, 0 errors in 238s (150s CPU)
 suite took 6.9 min
 """
 
@@ -41,7 +42,14 @@ def test_table_of_directory_times_per_line_and_the_total(tmp_path: Path) -> None
     assert ["aip122", "412", "398"] in rows
     assert ["suite", "(run_tests.py)", "720", "414"] in rows
     assert not any("not_a_directory_line" in line for line in proc.stdout.splitlines())
-    assert proc.stdout.splitlines()[-1] == "run total (.ci/run, both lines side by side): 37.5 min"
+    wall, _, cpu = proc.stdout.partition("test directory CPU time")
+    assert wall.splitlines()[-1] == "run total (.ci/run, both lines side by side): 37.5 min"
+    # CPU where the log has it (tooling's line predates it), and each line's sum.
+    cpu_rows = [line.split() for line in cpu.splitlines()]
+    assert ["aip122", "390", "401"] in cpu_rows
+    assert ["ui", "-", "150"] in cpu_rows
+    assert ["tooling", "-", "-"] not in cpu_rows and not any(r and r[0] == "tooling" for r in cpu_rows)
+    assert ["all", "directories", "390", "551"] in cpu_rows
 
 
 def test_a_line_that_never_reached_its_suite_shows_dashes(tmp_path: Path) -> None:
