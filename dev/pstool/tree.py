@@ -14,7 +14,7 @@ from pstool import PatchsetError
 from pstool.git import BASE_DATE, git, out, strict_am
 from pstool.layout import wheel_to_tree
 from pstool.lock import Lock, fetch, load_lock
-from pstool.paths import PATCHES_DIR, tree_dir
+from pstool.paths import PATCHES_DIR, cache_dir, tree_dir
 from pstool.series import (
     INTERNAL_TRAILERS,
     WHEN_TRAILER,
@@ -115,22 +115,46 @@ def _extract_directory(tf: tarfile.TarFile, top: str, directory: str, pinned, de
         raise PatchsetError(f"{pinned.file} has no files under {directory}")
 
 
-def init_base(tree: Path, lock: Lock | None = None) -> str:
-    """Create ``tree`` as a git repo holding one commit of pristine upstream; return its sha."""
+def _base_key(lock: Lock) -> str:
+    """What the pristine base is made of: a lock that lays more (or other) files is another base."""
+    return hashlib.sha256(repr((lock.commit, lock.wheels, lock.sources)).encode()).hexdigest()[:12]
+
+
+def base_repo(lock: Lock | None = None) -> Path:
+    """The pristine base commit in a repository of its own, made once per pins: ``base-<key>`` in the
+    download cache (:func:`pstool.paths.cache_dir`), next to the pinned files it is made of.
+
+    Every tree (``checkout``, ``scratch_tree``, pstool's tests' throwaway trees) is a local clone of
+    it, so laying out the sdists and wheels and hashing their files into git happens once, not per
+    tree. It is built in a temporary directory and renamed into place when complete, so a build that
+    is killed, or another process building it at the same time, never leaves a half one in use.
+    """
     lock = lock or load_lock()
+    repo = cache_dir() / f"base-{_base_key(lock)}"
+    if (repo / ".git").exists() and out(repo, "tag", "-l", base_tag(lock)) == base_tag(lock):
+        return repo
+    repo.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=repo.parent))
+    try:
+        _make_base(building, lock)
+        if repo.exists() and not (repo / ".git").exists():
+            shutil.rmtree(repo)  # not one this function renamed into place
+        try:
+            building.rename(repo)
+        except OSError:
+            if not (repo / ".git").exists():  # not another process's finished one
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return repo
+
+
+def _make_base(repo: Path, lock: Lock) -> None:
+    """Lay the pinned files out in ``repo`` (an empty directory) and commit them: the base commit."""
     files = fetch(lock, quiet=True)
-    if tree.exists():
-        shutil.rmtree(tree)
-    tree.mkdir(parents=True)
-    git(tree, "init", "-q")
-    # Byte-code from running code in the tree, and the generator settings `regenerate` places
-    # at the root for a moment, must never end up in a patch.
-    (tree / ".git" / "info").mkdir(parents=True, exist_ok=True)
-    (tree / ".git" / "info" / "exclude").write_text(
-        "__pycache__/\n*.pyc\n/pyproject.toml\n/scripts/\nnode_modules/\n/airflow-core/src/airflow/ui/dist/\n"
-    )
-    populate_pristine(tree, lock, files)
-    git(tree, "add", "-A")
+    git(repo, "init", "-q")
+    populate_pristine(repo, lock, files)
+    git(repo, "add", "-A")
     dists = ", ".join(f"{w.name} {w.version}" for w in lock.wheels)
     sources = ", ".join(f"{s.file}" for s in lock.sources)
     message = (
@@ -139,9 +163,28 @@ def init_base(tree: Path, lock: Lock | None = None) -> str:
         f"Upstream-Commit: {lock.commit}\n"
     )
     env = {"GIT_AUTHOR_DATE": BASE_DATE, "GIT_COMMITTER_DATE": BASE_DATE}
-    git(tree, "commit", "-q", "-m", message, env=env)
+    git(repo, "commit", "-q", "-m", message, env=env)
+    git(repo, "tag", "-f", base_tag(lock))
+
+
+def init_base(tree: Path, lock: Lock | None = None) -> str:
+    """Create ``tree`` as a git repo holding one commit of pristine upstream (a clone of
+    :func:`base_repo`, on branch ``main``); return its sha."""
+    lock = lock or load_lock()
+    repo = base_repo(lock)
+    if tree.exists():
+        shutil.rmtree(tree)
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    git(tree.parent, "clone", "-q", "--no-checkout", str(repo), tree.name)
+    git(tree, "remote", "remove", "origin")
+    # Byte-code from running code in the tree, and the generator settings `regenerate` places
+    # at the root for a moment, must never end up in a patch.
+    (tree / ".git" / "info").mkdir(parents=True, exist_ok=True)
+    (tree / ".git" / "info" / "exclude").write_text(
+        "__pycache__/\n*.pyc\n/pyproject.toml\n/scripts/\nnode_modules/\n/airflow-core/src/airflow/ui/dist/\n"
+    )
+    git(tree, "checkout", "-q", "-B", "main", base_tag(lock))
     git(tree, "update-ref", BASE_REF, "HEAD")
-    git(tree, "tag", "-f", base_tag(lock))
     return out(tree, "rev-parse", "HEAD")
 
 
@@ -273,17 +316,9 @@ def export(tree: Path | None = None, *, check: bool = False, patches_dir: Path =
 
 
 def scratch_tree(parent: Path | None = None) -> Path:
-    """A fresh pristine tree in a temp dir (cached base clone keeps this quick)."""
-    lock = load_lock()
-    # Keyed by what the base is made of: a lock that lays more (or other) files gets a new cache.
-    key = hashlib.sha256(repr((lock.commit, lock.wheels, lock.sources)).encode()).hexdigest()[:12]
-    cache = tree_dir().parent / f"base-cache-{key}"
-    if not (cache / ".git").exists() or out(cache, "tag", "-l", base_tag(lock)) != base_tag(lock):
-        init_base(cache, lock)
+    """A fresh pristine tree in a temp dir (a clone of :func:`base_repo`)."""
     dest = Path(tempfile.mkdtemp(prefix="pstool-", dir=parent))
-    git(dest.parent, "clone", "-q", "--no-checkout", str(cache), dest.name)
-    git(dest, "checkout", "-q", "-B", "main", base_tag(lock))
-    git(dest, "update-ref", BASE_REF, "HEAD")
+    init_base(dest)
     return dest
 
 
