@@ -11,8 +11,9 @@ by the check and a key over everything it reads:
 - the content it checks, given by the caller: git tree ids or patch ids, so a change to any file of
   the checked tree, a generated file included, is another key;
 - the environment that runs it (:func:`environment_key`): the line's lock (pins, tools and their
-  hashes), its constraints, the test requirements, the Python, every module of ``pstool`` and the
-  generator scripts and settings.
+  hashes), its constraints, the test requirements, the Python, the ``pstool`` modules that run the
+  checks (:data:`CHECK_MODULES`) and the generator scripts and settings. The code that made the
+  checked tree (applying the series) is not among them: the tree's ids are.
 
 A failed check writes nothing, so it fails again in every checkout until its input changes. A stamp
 is written whole (renamed into place), so a killed run never leaves a half one. ``PATCHSET_RECHECK=1``
@@ -31,6 +32,9 @@ from pathlib import Path
 from pstool.paths import CURRENT, LOCK_FILE, ROOT, machine_cache_dir
 
 PSTOOL_DIR = Path(__file__).resolve().parent
+#: The modules whose code runs the stamped checks: the generators and their comparison, the UI's
+#: codegen and lint, the UI's paths, and this one.
+CHECK_MODULES = ("generated.py", "ui.py", "layout.py", "stamps.py")
 GENERATOR_FILES = ("generate_rest_api_spec.py", "dump_supervisor_schemas.py")
 
 
@@ -42,7 +46,7 @@ def environment_key() -> str:
     """What runs the checks, besides the content they check (see the module's docstring)."""
     from pstool.venv import CONSTRAINTS, REQUIREMENTS
 
-    files = [LOCK_FILE, CONSTRAINTS, REQUIREMENTS, *sorted(PSTOOL_DIR.glob("*.py"))]
+    files = [LOCK_FILE, CONSTRAINTS, REQUIREMENTS, *(PSTOOL_DIR / name for name in CHECK_MODULES)]
     files += [ROOT / "dev" / name for name in GENERATOR_FILES]
     files += sorted(p for p in (ROOT / "dev" / "generator-root").rglob("*") if p.is_file())
     parts = [CURRENT.line, sys.version, *(f"{p.parent.name}/{p.name}:{_digest(p)}" for p in files)]

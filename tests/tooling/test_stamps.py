@@ -102,7 +102,7 @@ def test_recheck_runs_a_stamped_check(machine: Path, runs: list[Path], tmp_path:
     assert runs == [tree, tree]
 
 
-def test_the_environment_key_covers_pstool_the_lock_and_the_generator_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_key_covers_the_checks_code_the_lock_and_the_generator_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tree = _tree(tmp_path / "tree")
     key = generated.selection_key(tree)
     assert generated.selection_key(tree) == key
@@ -110,9 +110,14 @@ def test_the_environment_key_covers_pstool_the_lock_and_the_generator_settings(t
     shutil.copytree(stamps.PSTOOL_DIR, copy)
     monkeypatch.setattr(stamps, "PSTOOL_DIR", copy)
     assert generated.selection_key(tree) == key
-    (copy / "verify.py").write_text((copy / "verify.py").read_text() + "\n# one more line\n")
-    assert generated.selection_key(tree) != key, "a change to pstool kept the stamps"
+    (copy / "tree.py").write_text((copy / "tree.py").read_text() + "\n# one more line\n")
+    assert generated.selection_key(tree) == key, "a change to code that only makes the checked tree dropped the stamps"
+    for name in stamps.CHECK_MODULES:
+        (copy / name).write_text((copy / name).read_text() + "\n# one more line\n")
+        assert generated.selection_key(tree) != key, f"a change to {name} kept the stamps"
+        key = generated.selection_key(tree)
     monkeypatch.undo()
+    key = generated.selection_key(tree)
     lock = tmp_path / "lock.toml"
     lock.write_bytes(stamps.LOCK_FILE.read_bytes() + b"\n# one more pin\n")
     monkeypatch.setattr(stamps, "LOCK_FILE", lock)
