@@ -153,6 +153,7 @@ def _make_base(repo: Path, lock: Lock) -> None:
     """Lay the pinned files out in ``repo`` (an empty directory) and commit them: the base commit."""
     files = fetch(lock, quiet=True)
     git(repo, "init", "-q")
+    _write_excludes(repo)
     populate_pristine(repo, lock, files)
     git(repo, "add", "-A")
     dists = ", ".join(f"{w.name} {w.version}" for w in lock.wheels)
@@ -167,6 +168,15 @@ def _make_base(repo: Path, lock: Lock) -> None:
     git(repo, "tag", "-f", base_tag(lock))
 
 
+def _write_excludes(repo: Path) -> None:
+    """Byte-code from running code in a tree, and the generator settings `regenerate` places at the
+    root for a moment, must never end up in the base or in a patch."""
+    (repo / ".git" / "info").mkdir(parents=True, exist_ok=True)
+    (repo / ".git" / "info" / "exclude").write_text(
+        "__pycache__/\n*.pyc\n/pyproject.toml\n/scripts/\nnode_modules/\n/airflow-core/src/airflow/ui/dist/\n"
+    )
+
+
 def init_base(tree: Path, lock: Lock | None = None) -> str:
     """Create ``tree`` as a git repo holding one commit of pristine upstream (a clone of
     :func:`base_repo`, on branch ``main``); return its sha."""
@@ -177,12 +187,7 @@ def init_base(tree: Path, lock: Lock | None = None) -> str:
     tree.parent.mkdir(parents=True, exist_ok=True)
     git(tree.parent, "clone", "-q", "--no-checkout", str(repo), tree.name)
     git(tree, "remote", "remove", "origin")
-    # Byte-code from running code in the tree, and the generator settings `regenerate` places
-    # at the root for a moment, must never end up in a patch.
-    (tree / ".git" / "info").mkdir(parents=True, exist_ok=True)
-    (tree / ".git" / "info" / "exclude").write_text(
-        "__pycache__/\n*.pyc\n/pyproject.toml\n/scripts/\nnode_modules/\n/airflow-core/src/airflow/ui/dist/\n"
-    )
+    _write_excludes(tree)
     git(tree, "checkout", "-q", "-B", "main", base_tag(lock))
     git(tree, "update-ref", BASE_REF, "HEAD")
     return out(tree, "rev-parse", "HEAD")

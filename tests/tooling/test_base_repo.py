@@ -92,3 +92,19 @@ def test_another_process_that_finishes_first_is_used(made: list[Path], tmp_path:
     assert pstool_tree.base_repo() == repo
     assert (repo / "OTHER").exists(), "the finished base of the other process was replaced"
     assert sorted(p.name for p in repo.parent.iterdir()) == [repo.name], "a temporary directory was left"
+
+
+def test_the_base_commit_leaves_out_byte_code_and_generator_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the tree's exclude file keeps out of patches is kept out of the base commit too."""
+
+    def populate(dest: Path, lock, files) -> None:
+        for rel in ("airflow/x.py", "airflow/__pycache__/x.cpython-311.pyc", "pyproject.toml", "scripts/ci.sh"):
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).write_text("")
+
+    monkeypatch.setattr(pstool_tree, "fetch", lambda lock, quiet: {})
+    monkeypatch.setattr(pstool_tree, "populate_pristine", populate)
+    repo = tmp_path / "base"
+    repo.mkdir()
+    pstool_tree._make_base(repo, load_lock())
+    assert _git(repo, "ls-files").splitlines() == ["airflow/x.py"]
