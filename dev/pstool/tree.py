@@ -131,18 +131,22 @@ def base_repo(lock: Lock | None = None) -> Path:
     """
     lock = lock or load_lock()
     repo = cache_dir() / f"base-{_base_key(lock)}"
-    if (repo / ".git").exists() and out(repo, "tag", "-l", base_tag(lock)) == base_tag(lock):
+
+    def complete() -> bool:
+        return (repo / ".git").exists() and git(repo, "tag", "-l", base_tag(lock), check=False).stdout.decode().strip() == base_tag(lock)
+
+    if complete():
         return repo
     repo.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=repo.parent))
     try:
         _make_base(building, lock)
-        if repo.exists() and not (repo / ".git").exists():
+        if repo.exists() and not complete():
             shutil.rmtree(repo)  # not one this function renamed into place
         try:
             building.rename(repo)
         except OSError:
-            if not (repo / ".git").exists():  # not another process's finished one
+            if not complete():  # not another process's finished one
                 raise
     finally:
         shutil.rmtree(building, ignore_errors=True)

@@ -68,6 +68,7 @@ def test_a_base_left_half_made_is_never_used(made: list[Path], tmp_path: Path) -
     repo = tmp_path / "cache" / f"base-{pstool_tree._base_key(load_lock())}"
     repo.mkdir(parents=True)
     (repo / "half").write_text("")
+    _git(repo, "init", "-q")  # a repository, but without the base's commit and tag
     (tmp_path / "cache" / f".{repo.name}.killed").mkdir()
     assert pstool_tree.base_repo() == repo
     assert len(made) == 1 and not (repo / "half").exists()
