@@ -4,6 +4,14 @@
 #   postgresql://postgres:postgres@127.0.0.1:5432   and   redis://127.0.0.1:6379
 set -euo pipefail
 
+# One run at a time on this machine: the two lines' `make test` (side by side in .ci/run) each run
+# this script, and two `ALTER USER`s of the same role at once fail ("tuple concurrently updated"), as
+# do two apt-gets. A second run waits here for the first, then finds everything up. flock -o holds the
+# lock in its own process, so the servers started below do not inherit it.
+if [ -z "${PATCHSET_SERVICES_LOCKED:-}" ]; then
+  exec env PATCHSET_SERVICES_LOCKED=1 flock -o "${PATCHSET_SERVICES_LOCK:-/tmp/airflow-patchset-services.lock}" bash "$0" "$@"
+fi
+
 apt_updated=0
 need() {  # need <command-or-path> <debian packages...>
   local probe=$1; shift
@@ -32,10 +40,13 @@ for _ in $(seq 1 30); do
   su postgres -c "psql -qtAc 'select 1'" >/dev/null 2>&1 && break
   sleep 1
 done
-su postgres -c "psql -qtAc \"ALTER USER postgres PASSWORD 'postgres'\"" >/dev/null
+# The settings are written only when they are not in force yet: a run that finds them changes nothing.
+if ! PGPASSWORD=postgres psql -h 127.0.0.1 -U postgres -d postgres -qtAc 'select 1' >/dev/null 2>&1; then
+  su postgres -c "psql -qtAc \"ALTER USER postgres PASSWORD 'postgres'\"" >/dev/null
+fi
 # The HA and migration tests open many connections.
-su postgres -c "psql -qtAc \"ALTER SYSTEM SET max_connections = 300\"" >/dev/null
 if [ "$(su postgres -c "psql -qtAc 'show max_connections'")" != "300" ]; then
+  su postgres -c "psql -qtAc \"ALTER SYSTEM SET max_connections = 300\"" >/dev/null
   pg_ctlcluster "$pg_version" main restart
 fi
 
