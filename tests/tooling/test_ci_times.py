@@ -24,6 +24,7 @@ LOG_34 = """\
 ----- tests/aip122: 43 passed, 1 failed, 0 skipped, 0 errors in 398s (401s CPU)
 ----- tests/ui: 9 passed, 0 failed, 0 skipped, 0 errors in 238s (150s CPU)
 suite took 6.9 min
+make test took 701s
 """
 
 
@@ -41,6 +42,8 @@ def test_table_of_directory_times_per_line_and_the_total(tmp_path: Path) -> None
     assert ["tooling", "301", "-"] in rows  # run on the default line only
     assert ["aip122", "412", "398"] in rows
     assert ["suite", "(run_tests.py)", "720", "414"] in rows
+    # The line's whole chain, where .ci/run appended it (3.3's log has none).
+    assert ["make", "test", "(install+suite)", "-", "701"] in rows
     assert not any("not_a_directory_line" in line for line in proc.stdout.splitlines())
     wall, _, cpu = proc.stdout.partition("test directory CPU time")
     assert wall.splitlines()[-1] == "run total (.ci/run, both lines side by side): 37.5 min"
