@@ -9,7 +9,9 @@ type. So that a slow host can be told from a slow suite, ``.ci/run`` brackets th
 ``watch OUT``
     samples every process's CPU time (``/proc/<pid>/stat``) once a second until SIGTERM, and writes
     the CPU seconds per kind of process (``airflow scheduler``, ``pytest``, ``pip``, ``postgres``,
-    ...) to OUT. A process that lives less than a second between two samples is not seen.
+    ...) to OUT, with the machine's busy share of each minute (``/proc/stat``): where in the run the
+    cores were idle, so work can be moved there. A process that lives less than a second between two
+    samples is not seen.
 ``end STATE [--watch OUT]``
     times the loop again and prints the run's CPU figures: busy and steal share of both cores, and the
     kinds of process that used the most CPU.
@@ -125,7 +127,9 @@ def per_kind(first: dict, last: dict) -> Counter:
     return totals
 
 
-def watch(out: Path, interval: float = 1.0) -> None:
+def watch(out: Path, interval: float = 1.0, bucket: float = 60.0) -> None:
+    """Sample until SIGTERM; write ``{"kinds": {kind: CPU s}, "busy_per_bucket": [share, ...],
+    "bucket_seconds": bucket}`` to ``out`` (the last, partial bucket included)."""
     stop = False
 
     def _stop(*_: object) -> None:
@@ -137,13 +141,23 @@ def watch(out: Path, interval: float = 1.0) -> None:
     first: dict = {}
     sample(first)
     seen = dict(first)
+    stat = Path("/proc/stat")
+    bucket_start, counters = time.monotonic(), cpu_counters(stat.read_text())
+    busy: list[float] = []
     while not stop:
         time.sleep(interval)
         sample(seen)
-    out.write_text(json.dumps(dict(per_kind(first, seen)), indent=1, sort_keys=True))
+        if time.monotonic() - bucket_start >= bucket:
+            now = cpu_counters(stat.read_text())
+            busy.append(round(shares(counters, now)["busy"], 3))
+            bucket_start, counters = time.monotonic(), now
+    busy.append(round(shares(counters, cpu_counters(stat.read_text()))["busy"], 3))
+    result = {"kinds": dict(per_kind(first, seen)), "busy_per_bucket": busy, "bucket_seconds": bucket}
+    out.write_text(json.dumps(result, indent=1, sort_keys=True))
 
 
-def report(state: dict, now: dict, cpu: dict[str, float] | None, top: int = 12) -> str:
+def report(state: dict, now: dict, cpu: dict[str, float] | None, top: int = 12,
+           busy: list[float] | None = None, bucket: float = 60.0) -> str:
     loops = f"{state['loop']:.2f} s at the start, {now['loop']:.2f} s at the end"
     rows = [f"host: pure-Python loop of {LOOP:,} iterations: {loops} (best of 3; lower is faster)"]
     s = shares(state["counters"], now["counters"])
@@ -152,6 +166,11 @@ def report(state: dict, now: dict, cpu: dict[str, float] | None, top: int = 12) 
         f"host: over {minutes:.1f} min, {os.cpu_count()} cores were {s['busy']:.0%} busy, "
         f"{s['iowait']:.0%} iowait, {s['steal']:.0%} stolen, {s['idle']:.0%} idle"
     )
+    if busy:
+        per = "minute" if bucket == 60 else f"{bucket:g} s"
+        rows.append(f"host: busy share of both cores in each {per} of the run (%):")
+        cells = [f"{round(share * 100):3d}" for share in busy]
+        rows += ["  " + " ".join(cells[i : i + 20]) for i in range(0, len(cells), 20)]
     if cpu:
         total = sum(cpu.values()) or 1
         rows.append(f"CPU seconds per kind of process (sampled each second; {total:.0f} s in all):")
@@ -168,7 +187,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("start").add_argument("state", type=Path)
-    sub.add_parser("watch").add_argument("out", type=Path)
+    watch_cmd = sub.add_parser("watch")
+    watch_cmd.add_argument("out", type=Path)
+    watch_cmd.add_argument("--bucket", type=float, default=60.0, help="seconds per busy-share figure (default 60)")
     end = sub.add_parser("end")
     end.add_argument("state", type=Path)
     end.add_argument("--watch", type=Path)
@@ -178,10 +199,11 @@ def main(argv: list[str]) -> int:
         args.state.write_text(json.dumps(state))
         print(f"host: pure-Python loop of {LOOP:,} iterations: {state['loop']:.2f} s (best of 3; lower is faster)")
     elif args.command == "watch":
-        watch(args.out)
+        watch(args.out, bucket=args.bucket)
     else:
-        cpu = json.loads(args.watch.read_text()) if args.watch and args.watch.exists() else None
-        print(report(json.loads(args.state.read_text()), _now(), cpu))
+        watched = json.loads(args.watch.read_text()) if args.watch and args.watch.exists() else {}
+        print(report(json.loads(args.state.read_text()), _now(), watched.get("kinds"),
+                     busy=watched.get("busy_per_bucket"), bucket=watched.get("bucket_seconds", 60.0)))
     return 0
 
 

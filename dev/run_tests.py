@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
         with tempfile.NamedTemporaryFile(suffix=".xml") as report:
             t0 = time.monotonic()
             cpu0 = _children_cpu()
-            print(f"\n===== tests/{directory.name} =====", flush=True)
+            print(f"\n===== tests/{directory.name} ===== (at {time.monotonic() - started:.0f}s of the suite)", flush=True)
             proc = subprocess.run(
                 [sys.executable, "-m", "pytest", str(directory), f"--junitxml={report.name}", *argv],
                 cwd=REPO,

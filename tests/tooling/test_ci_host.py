@@ -85,15 +85,20 @@ def test_start_watch_end_print_the_host_figures_and_the_kinds(tmp_path: Path) ->
     start = subprocess.run([sys.executable, str(SCRIPT), "start", str(state)], capture_output=True, text=True, check=True)
     assert start.stdout.startswith("host: pure-Python loop of 10,000,000 iterations: ")
     assert json.loads(state.read_text())["loop"] > 0
-    watcher = subprocess.Popen([sys.executable, str(SCRIPT), "watch", str(cpu)])
+    watcher = subprocess.Popen([sys.executable, str(SCRIPT), "watch", str(cpu), "--bucket", "1"])
     busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 2.5: pass"])
     busy.wait(timeout=60)
     time.sleep(1.5)
     watcher.send_signal(signal.SIGTERM)
     assert watcher.wait(timeout=30) == 0
-    kinds = json.loads(cpu.read_text())
+    watched = json.loads(cpu.read_text())
+    kinds = watched["kinds"]
     # The busy loop ran between the watcher's samples: its CPU is there, under its executable's name.
     assert kinds[Path(sys.executable).name] >= 1.0
+    # One busy share per second of the watch; the loop kept one core busy for 2.5 s of it.
+    busy = watched["busy_per_bucket"]
+    assert len(busy) >= 3 and all(0 <= share <= 1 for share in busy)
+    assert max(busy) >= 0.4, busy
     end = subprocess.run(
         [sys.executable, str(SCRIPT), "end", str(state), "--watch", str(cpu)], capture_output=True, text=True, check=True
     )
@@ -101,5 +106,7 @@ def test_start_watch_end_print_the_host_figures_and_the_kinds(tmp_path: Path) ->
     assert lines[0].startswith("host: pure-Python loop of 10,000,000 iterations: ")
     assert " at the start, " in lines[0]
     assert "cores were" in lines[1] and "stolen" in lines[1]
-    assert lines[2].startswith("CPU seconds per kind of process")
-    assert any(line.split()[-1] == Path(sys.executable).name for line in lines[3:])
+    assert lines[2] == "host: busy share of both cores in each 1 s of the run (%):"
+    assert [int(cell) for cell in lines[3].split()] == [round(share * 100) for share in busy[:20]]
+    kinds_at = next(i for i, line in enumerate(lines) if line.startswith("CPU seconds per kind of process"))
+    assert any(line.split()[-1] == Path(sys.executable).name for line in lines[kinds_at + 1 :])
