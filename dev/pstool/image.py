@@ -41,12 +41,12 @@ from types import ModuleType
 
 from pstool import PatchsetError
 from pstool.lock import Lock, fetch, load_lock, sha256_of
-from pstool.paths import LINE, ROOT
+from pstool.paths import LINE, ROOT, machine_cache_dir
 
 DOCKER_DIR = ROOT / "docker"
 DOCKERFILE = DOCKER_DIR / "Dockerfile"
 STANDIN_DIR = DOCKER_DIR / "standin"
-IMAGE_BUILD_DIR = ROOT / "build" / "image"  # shared by the lines: staged contexts, the lock file
+IMAGE_BUILD_DIR = ROOT / "build" / "image"  # shared by the lines: staged contexts
 
 #: The official image's Python for the releases this repository pins (upstream's default).
 OFFICIAL_PYTHON = "3.12"
@@ -190,9 +190,15 @@ def build_secrets() -> list[str]:
 
 @contextlib.contextmanager
 def build_lock() -> Iterator[None]:
-    """One image build at a time in this clone (the two lines' suites may build at once in CI)."""
-    IMAGE_BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    with open(IMAGE_BUILD_DIR / ".lock", "w") as fh:
+    """One image build at a time on this machine.
+
+    The engine's image store is the machine's, shared by every checkout: CI's two clones (one per
+    line) build their stand-ins from the one OS image in it, so a lock of one clone would let both
+    debootstrap and import that image at once.
+    """
+    cache = machine_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "image-build.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield
 
