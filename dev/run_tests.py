@@ -11,9 +11,12 @@ every line (marker ``line_independent``: most of ``tests/tooling``, ``tests/ui/t
 in one line's session only: the line ``PATCHSET_LINE_INDEPENDENT_ON`` names, by default the default
 line (so a plain ``make test`` runs them); the other lines' sessions skip them with that reason.
 ``<line>:<path>,...`` moves only those under the paths (relative to ``tests/``). CI (.ci/run) moves
-part of them to the 3.4 line, taking them off the 3.3 line's chain, the longer one. A line's session prepares everything it needs itself (its pinned files, its
-unpatched venv): it never relies on what another line's session fetched or built (.ci/run runs each
-line in a clone of its own to prove it).
+part of them to the 3.4 line, taking them off the 3.3 line's chain, the longer one.
+``PATCHSET_TEST_ORDER`` (directory names, comma-separated) runs those directories first, in that
+order, and the rest in the default order; an unknown or repeated name is a usage error (exit 2).
+A line's session prepares everything it needs itself (its pinned files, its unpatched venv): it
+never relies on what another line's session fetched or built (.ci/run runs each line in a clone of
+its own to prove it).
 """
 
 from __future__ import annotations
@@ -33,9 +36,30 @@ REPO = Path(__file__).resolve().parents[1]
 ORDER = ["tooling", "upstream_unit", "aip97_core", "aip97_worker", "aip122", "asset_emit", "providers", "demo", "image"]
 
 
-def directories() -> list[Path]:
-    found = [p for p in sorted((REPO / "tests").iterdir()) if p.is_dir() and any(p.glob("test_*.py"))]
-    return sorted(found, key=lambda p: (ORDER.index(p.name) if p.name in ORDER else len(ORDER), p.name))
+class UsageError(Exception):
+    """A setting run_tests cannot follow: it names what is wrong, and no test runs."""
+
+
+def directories(order: str | None = None, tests: Path = REPO / "tests") -> list[Path]:
+    """The test directories, in the order they run: ``order`` (``PATCHSET_TEST_ORDER``: directory names,
+    comma-separated) first, then the others in the default order (:data:`ORDER`, then by name).
+
+    CI gives the 3.4 line an order of its own, so that the two lines, side by side on two cores, are
+    not in the same wait-bound directory (Celery worker restarts, the retry storm) at the same time.
+    """
+    found = [p for p in sorted(tests.iterdir()) if p.is_dir() and any(p.glob("test_*.py"))]
+    wanted = [name.strip() for name in (order or "").split(",") if name.strip()]
+    unknown = sorted(set(wanted) - {p.name for p in found})
+    if unknown:
+        raise UsageError(
+            f"PATCHSET_TEST_ORDER={order!r}: no test directory {', '.join(unknown)} under {tests} "
+            f"(there are: {', '.join(p.name for p in found)})"
+        )
+    repeated = sorted({name for name in wanted if wanted.count(name) > 1})
+    if repeated:
+        raise UsageError(f"PATCHSET_TEST_ORDER={order!r}: {', '.join(repeated)} named more than once")
+    rank = wanted + [name for name in ORDER if name not in wanted]
+    return sorted(found, key=lambda p: (rank.index(p.name) if p.name in rank else len(rank), p.name))
 
 
 def prepare_unpatched_venv() -> None:
@@ -90,8 +114,13 @@ def main(argv: list[str]) -> int:
         f"PATCHSET_LINE_INDEPENDENT_ON={independent_on} (the rest: the {DEFAULT_LINE} line's session)",
         flush=True,
     )
+    try:
+        ordered = directories(os.environ.get("PATCHSET_TEST_ORDER"))
+    except UsageError as err:
+        print(f"run_tests: {err}", file=sys.stderr)
+        return 2
     prepare_unpatched_venv()
-    for directory in directories():
+    for directory in ordered:
         if directory.name == "image":
             prepare_images(argv)
         with tempfile.NamedTemporaryFile(suffix=".xml") as report:
@@ -101,6 +130,7 @@ def main(argv: list[str]) -> int:
             proc = subprocess.run(
                 [sys.executable, "-m", "pytest", str(directory), f"--junitxml={report.name}", *argv],
                 cwd=REPO,
+                check=False,
             )
             counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
             if Path(report.name).stat().st_size:
