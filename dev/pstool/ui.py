@@ -184,10 +184,17 @@ def sync_work(tree: Path, work: Path, *, untracked: bool = False) -> Path:
 
 
 def ensure_store(tc: Toolchain, ui: Path) -> None:
-    """Fetch every package of the frozen lockfile into the store, once per lockfile in this checkout
-    (the stamp is the checkout's: every clone fetches, and finds in the store what is there)."""
+    """Fetch every package of the frozen lockfile into the store, once per lockfile and store in this
+    checkout (the stamp is the checkout's: every clone fetches, and finds in the store what is there).
+
+    The stamp says "this lockfile is in this store": a checkout whose store changes (another
+    ``PATCHSET_PNPM_STORE`` or machine cache, as pstool's own tests use) fetches into the new one
+    before its ``install --offline``, which would otherwise miss the packages.
+    """
     lock_sha = hashlib.sha256((ui / "pnpm-lock.yaml").read_bytes()).hexdigest()
-    stamp = ui_cache() / f".fetched-{lock_sha[:20]}"
+    store = pnpm_store().resolve()
+    key = hashlib.sha256(f"{lock_sha}\0{store}".encode()).hexdigest()
+    stamp = ui_cache() / f".fetched-{key[:20]}"
     if stamp.exists():
         return
     _log(f"fetching the UI's dependencies into the pnpm store {pnpm_store()} (once per pnpm-lock.yaml)")

@@ -92,3 +92,24 @@ def test_a_second_checkout_fetches_from_the_store_without_the_registry(
     with pytest.raises(PatchsetError, match="pnpm fetch"):
         ui.ensure_store(toolchain, project)
     assert not list(third.glob(".fetched-*")), "a failed fetch left a stamp"
+
+
+def test_a_checkout_whose_store_changes_fetches_into_the_new_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, toolchain: ui.Toolchain, project: Path
+) -> None:
+    """The checkout's stamp is a claim about one store: the same checkout on another store (a test's
+    own machine cache, say) fetches again, so its ``install --offline`` finds every package.
+
+    The landing CI of dacfa99 failed so: the UI lint tests ran with a machine cache of their own, the
+    checkout's stamp said the lockfile was fetched, and ``pnpm install --offline`` found an empty store.
+    """
+    monkeypatch.setattr(ui, "DOWNLOAD_WAITS", ())
+    checkout(monkeypatch, tmp_path, "clone-a", tmp_path / "store")
+    ui.ensure_store(toolchain, project)
+
+    moved = tmp_path / "other-store"
+    checkout(monkeypatch, tmp_path, "clone-a", moved)
+    ui.ensure_store(toolchain, project)
+    assert moved.is_dir() and any(moved.rglob("*")), "the checkout did not fetch into its new store"
+    ui.install_deps(toolchain, project)  # pnpm install --offline: every package must be in the new store
+    assert (project / "node_modules" / "is-number" / "package.json").is_file()

@@ -35,6 +35,9 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     tree = tmp_path / "tree"
     subprocess.run(["git", "clone", "-q", str(lines.TREE), str(tree)], check=True)
     _git(tree, "fetch", "-q", "origin", "refs/patches/upstream-base:refs/patches/upstream-base")
+    # The lint stamps go to a machine cache of the test's own; the pnpm store (a download cache, not a
+    # stamp) stays the machine's, so the lint installs from it instead of downloading the UI's packages.
+    monkeypatch.setenv("PATCHSET_PNPM_STORE", str(ui.pnpm_store()))
     monkeypatch.setenv("PATCHSET_MACHINE_CACHE", str(tmp_path / "machine"))
     return tree
 
