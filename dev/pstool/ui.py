@@ -197,7 +197,7 @@ def ensure_store(tc: Toolchain, ui: Path) -> None:
     stamp = ui_cache() / f".fetched-{key[:20]}"
     if stamp.exists():
         return
-    _log(f"fetching the UI's dependencies into the pnpm store {pnpm_store()} (once per pnpm-lock.yaml)")
+    _log(f"fetching the UI's dependencies into the pnpm store {store} (once per pnpm-lock.yaml and store)")
     # The registry's brief failures should not fail a build: the fetch is idempotent (what is in
     # the store already is not fetched again), so it is tried again as a download is (pstool.lock).
     for wait in (*DOWNLOAD_WAITS, None):
