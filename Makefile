@@ -30,7 +30,7 @@ help:
 	@echo "make port FROM=3.3 COMMIT=<sha>   carry one commit of a line's tree to the other lines' trees (3-way), re-export"
 	@echo "make twins      each patch's twin on the other line, and what changed on one line only since the last port"
 	@echo "make wheels     build patched wheels into dist/<line>/"
-	@echo "make export-upstream FEATURE=aip-97   PR-ready series in build/upstream/FEATURE"
+	@echo "make export-upstream FEATURE=aip-97   PR-ready series in build/<line>/upstream/FEATURE"
 	@echo "make drift VERSION=3.3.3              classify each patch against a newer release"
 	@echo "  every target takes LINE=3.4 for the 3.4 line (lines/3.4), e.g. make install LINE=3.4"
 	@echo "make base-image build the stand-in for the official image: localhost/airflow-standin:<release> (podman, debootstrap)"
