@@ -126,7 +126,7 @@ def test_decide_retry_is_pure(monkeypatch, caplog):
         event.listen(engine, "before_cursor_execute", record)
         try:
             with caplog.at_level(logging.DEBUG, logger="airflow.models.taskinstance_infra_retry"):
-                decision = decide_retry(ti, failure_cause="infra", session=session)
+                decision = decide_retry(ti, failure_cause="infra", session=session, apply_retry_rules=True)
         finally:
             event.remove(engine, "before_cursor_execute", record)
 

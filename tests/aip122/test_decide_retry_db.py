@@ -149,10 +149,11 @@ def test_infra_failure_at_retries_0_is_retried_without_spending_retries(infra_co
         assert ti.state == "up_for_retry"
         assert (ti.try_number, ti.max_tries, ti.infra_retry_count) == (pending_try(1), 1, 1)
         assert ti.failure_cause == INFRA
-        # The retry waits infra_retry_delay, not the task's retry_delay (300 s by default).
-        assert ti.retry_delay_override == 7
+        # The retry waits infra_retry_delay, jittered into [7 / 2, 7), not the task's retry_delay
+        # (300 s by default).
+        assert 3.5 <= ti.retry_delay_override < 7
         ti.task = _dag(session).get_task("r0")
-        assert ti.next_retry_datetime() == ti.end_date + timedelta(seconds=7)
+        assert ti.next_retry_datetime() == ti.end_date + timedelta(seconds=ti.retry_delay_override)
 
         # The archived try keeps its cause and the count as of its own decision.
         from sqlalchemy import text
@@ -278,14 +279,14 @@ def test_task_loaded_from_the_serialized_dag_when_not_attached(infra_config):
         ti = _ti(session, run_id, "opt_out")
         _start_try(session, ti, attach_task=False)
         ti = _ti(session, run_id, "opt_out")  # fresh object, no task
-        decision = decide_retry(ti, failure_cause=INFRA, retry_eligible=False, session=session)
+        decision = decide_retry(ti, failure_cause=INFRA, retry_eligible=False, session=session, apply_retry_rules=True)
         assert decision.retry is False
         assert decision.infra_retry.reason.value == "task_opt_out"
 
         ti = _ti(session, run_id, "r0")
         _start_try(session, ti, attach_task=False)
         ti = _ti(session, run_id, "r0")
-        decision = decide_retry(ti, failure_cause=INFRA, retry_eligible=False, session=session)
+        decision = decide_retry(ti, failure_cause=INFRA, retry_eligible=False, session=session, apply_retry_rules=True)
         assert decision.retry is True
         assert decision.infra_retry.granted
         # The decision is pure: only the claim, in the transaction recording the failure, spends it.
@@ -369,7 +370,7 @@ def test_a_stale_failure_is_not_granted(infra_config, decision_log):
         _start_try(session, ti)
         ti.state = TaskInstanceState.SUCCESS
         session.commit()
-        decision = decide_retry(ti, failure_cause=INFRA)
+        decision = decide_retry(ti, failure_cause=INFRA, apply_retry_rules=True)
         assert not decision.retry
         assert decision.infra_retry.reason.value == "stale"
         session.commit()
@@ -410,7 +411,7 @@ def test_concurrent_deciders_grant_a_failure_once(infra_config):
                     ti_ = s.scalar(select(TI).where(TI.id == ti_id))
                     ti_.task = _dag(s).get_task("r0")
                     both_loaded.wait(timeout=30)
-                    decision = decide_retry(ti_, failure_cause=INFRA)
+                    decision = decide_retry(ti_, failure_cause=INFRA, apply_retry_rules=True)
                     assert decision.infra_retry.granted
                     results.append(claim_retry_decision(ti_, decision, session=s) is not None)
                     # create_session commits on exit: the winner releases its row lock here.
@@ -464,7 +465,7 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
         )
         for ti in session.scalars(with_row_locks(query, of=TI, session=session, skip_locked=True)):
             ti.task = dag.get_task(ti.task_id)
-            decision = decide_retry(ti, failure_cause=INFRA)
+            decision = decide_retry(ti, failure_cause=INFRA, apply_retry_rules=True)
             assert decision.infra_retry.granted
             # The real sink, called as the scheduler calls it (no session: its own, the scoped one).
             sink.send(
@@ -491,7 +492,7 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
             "r2": ("up_for_retry", 3, 1),
             "opt_in_2": ("up_for_retry", 1, 1),
         }
-        assert all(ti.retry_delay_override == 2 for ti in got.values())
+        assert all(1 <= ti.retry_delay_override < 2 for ti in got.values())
 
 
 @pytest.mark.parametrize(
