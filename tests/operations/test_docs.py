@@ -29,7 +29,7 @@ def test_rollback_commands_are_the_tested_ones(line: str) -> None:
 
 
 def test_bad_input_messages_are_quoted() -> None:
-    for option, _value, message in BAD_VALUES:
+    for _section, option, _value, message in BAD_VALUES:
         assert message in GUIDE, option
 
 
