@@ -33,8 +33,8 @@ help:
 	@echo "make export-upstream FEATURE=aip-97   PR-ready series in build/upstream/FEATURE"
 	@echo "make drift VERSION=3.3.3              classify each patch against a newer release"
 	@echo "  every target takes LINE=3.4 for the 3.4 line (lines/3.4), e.g. make install LINE=3.4"
-	@echo "make base-image build the stand-in for the official image: localhost/airflow-standin:<release> (podman, debootstrap)"
-	@echo "make image      build the patched image airflow-patchset:<release>-ps.N (Docker or Podman; BASE=, PROVIDER_CHANGES=)"
+	@echo "make base-image build the stand-in for the official image: localhost/airflow-standin:<release> (Docker or Podman; debootstrap)"
+	@echo "make image      build the patched image airflow-patchset:<release>-ps.N (Docker or Podman, no debootstrap; BASE=, PROVIDER_CHANGES=)"
 	@echo "make upgrade-db-from-3.3   upgrade the configured patched-3.3.2 database to 3.4 with .venv-3.4 (README)"
 
 fetch:
@@ -78,9 +78,10 @@ verify: install
 services:
 	bash .ci/services.sh
 
-# Debian's podman, runc and debootstrap, unless a Docker engine answers (.ci/containers.sh).
+# Debian's podman and runc unless a Docker engine answers, and debootstrap (.ci/containers.sh): what
+# make test and make test-e2e need (tests/image builds the stand-in base). make image needs only the engine.
 containers:
-	bash .ci/containers.sh
+	bash .ci/containers.sh all
 
 RUN_TESTS := $(VENV)/bin/python dev/run_tests.py
 
@@ -101,11 +102,16 @@ upgrade-db-from-3.3:
 demo: install
 	$(VENV)/bin/python dev/demo.py $(DEMO_ARGS)
 
-base-image: containers fetch
+# The stand-in base needs debootstrap (root to install it, .ci/containers.sh); make image does not.
+base-image: fetch
+	bash .ci/containers.sh base-image
 	$(PSTOOL) base-image
 
 # pstool image builds the patched wheels first (checking out the tree if need be), as make install does.
-image: containers
+# Only a container engine is required: Docker when it answers, else Podman (no debootstrap, no root
+# when either is there).
+image:
+	bash .ci/containers.sh image
 	$(PSTOOL) image $(if $(BASE),--base $(BASE)) $(if $(PROVIDER_CHANGES),--provider-changes $(PROVIDER_CHANGES))
 
 export-upstream:

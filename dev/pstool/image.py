@@ -161,8 +161,8 @@ def detect_engine() -> Engine:
             return Engine(name, proc.stdout.strip().splitlines()[-1])
     raise PatchsetError(
         "no container engine works here: `docker info` fails (no Docker engine) and podman is not installed. "
-        "Run `bash .ci/containers.sh` (as root: installs Debian's podman, runc and debootstrap), "
-        "which `make base-image` and `make image` do."
+        "Run `bash .ci/containers.sh image` (as root: installs Debian's podman and runc), "
+        "which `make image` does."
     )
 
 
@@ -295,7 +295,7 @@ def os_image(engine: Engine, *, refresh: bool = False) -> str:
     if not refresh and (engine.labels(tag) or {}).get(KEY_LABEL) == key:
         return tag
     if shutil.which("debootstrap") is None:
-        raise PatchsetError("debootstrap is not installed; run `bash .ci/containers.sh` (make base-image does)")
+        raise PatchsetError("debootstrap is not installed; run `bash .ci/containers.sh base-image` (make base-image does)")
     started = time.monotonic()
     print(f"base-image: debootstrap --variant=minbase {SUITE} from {mirror} ...", flush=True)
     IMAGE_BUILD_DIR.mkdir(parents=True, exist_ok=True)
