@@ -40,6 +40,12 @@ written from what the hook checks, and applied to what the series changes:
     A newsfragment a patch adds is named ``<id>.<type>.rst`` with one of towncrier's types, and a
     ``significant`` one carries the template's "Types of change" (one box ticked) and
     "Migration rules needed" sections.
+``operator-docs``
+    Ours, not upstream's: every ``config.yml`` option the series adds is in the operator guide
+    (``docs/operations.md``) and in the Helm values (``monitoring/helm-values.yaml``, under
+    ``config: <section>:``); every metric the series adds to ``metrics_template.yaml`` is in the
+    operator guide and matched by a mapping of ``monitoring/statsd-mappings.yml`` (with the default
+    ``airflow.`` prefix). The documents are the repository's (``pstool.paths.DOCS_ROOT``).
 
 Everything else is stdlib-only (``ast`` for Python, line-oriented reading of the two YAML files,
 whose layout upstream keeps fixed), so those checks run before any virtualenv exists.
@@ -473,6 +479,115 @@ def check_metrics_registry(tree: Tree) -> list[Finding]:
     return findings
 
 
+# --- operator-docs ------------------------------------------------------------------------------
+
+OPERATOR_GUIDE = "docs/operations.md"
+STATSD_MAPPINGS = "monitoring/statsd-mappings.yml"
+HELM_VALUES = "monitoring/helm-values.yaml"
+STATSD_PREFIX = "airflow"
+
+
+def _registry_entries(text: str | None) -> dict[str, str | None]:
+    """{metric name: its legacy name, or None} of the registry (``legacy_name: "-"`` is none)."""
+    entries: dict[str, str | None] = {}
+    current = None
+    for line in (text or "").splitlines():
+        if m := re.match(r'^\s*-\s*name:\s*"([^"]+)"', line):
+            current = m.group(1)
+            entries[current] = None
+        elif current and (m := re.match(r'^\s+legacy_name:\s*"([^"]+)"', line)):
+            entries[current] = None if m.group(1) in ("-", current) else m.group(1)
+    return entries
+
+
+def new_config_options(tree: Tree) -> list[tuple[str, str]]:
+    """(section, option) of every ``config.yml`` option the series adds, in order."""
+    before = _config_options(tree.show(tree.base_ref, CONFIG_YML))
+    return sorted(key for key in _config_options(tree.show("HEAD", CONFIG_YML)) if key not in before)
+
+
+def new_metrics(tree: Tree) -> dict[str, str | None]:
+    """{name: legacy name or None} of every metric the series adds to the metrics registry."""
+    before = _registry_entries(tree.show(tree.base_ref, METRICS_REGISTRY))
+    after = _registry_entries(tree.show("HEAD", METRICS_REGISTRY))
+    return {name: after[name] for name in sorted(after) if name not in before}
+
+
+def _mentions(text: str, name: str) -> bool:
+    """``name`` appears in ``text`` as a whole name (not inside a longer option or metric name)."""
+    return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w]|\.\w)", text) is not None
+
+
+def _helm_config_options(text: str) -> set[tuple[str, str]]:
+    """(section, option) under the Helm values' top-level ``config:`` (two-space indents)."""
+    found: set[tuple[str, str]] = set()
+    in_config, section = False, None
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        key = line.strip().split(":", 1)[0].strip().strip("\"'")
+        if indent == 0:
+            in_config, section = key == "config", None
+        elif in_config and indent == 2:
+            section = key
+        elif in_config and indent == 4 and section:
+            found.add((section, key))
+    return found
+
+
+def _statsd_patterns(text: str) -> list[re.Pattern[str]]:
+    """The ``match:`` globs of statsd_exporter mappings (``*`` is one dot-free component)."""
+    globs = re.findall(r"^\s*-?\s*match:\s*[\"']?([^\"'\s#]+)", text, flags=re.MULTILINE)
+    return [re.compile("^" + re.escape(g).replace(r"\*", r"[^.]+") + "$") for g in globs]
+
+
+def _read(root: Path, name: str) -> str | None:
+    path = root / name
+    return path.read_text() if path.is_file() else None
+
+
+def check_operator_docs(tree: Tree, docs_root: Path | None = None) -> list[Finding]:
+    from pstool.paths import DOCS_ROOT
+
+    root = docs_root or DOCS_ROOT
+    name = "operator-docs"
+    options, metrics = new_config_options(tree), new_metrics(tree)
+    if not options and not metrics:
+        return []
+    guide, mappings, helm = (_read(root, f) for f in (OPERATOR_GUIDE, STATSD_MAPPINGS, HELM_VALUES))
+    findings = [
+        Finding(name, f, "is missing (the series adds options or metrics it must document)")
+        for f, text in ((OPERATOR_GUIDE, guide), (STATSD_MAPPINGS, mappings), (HELM_VALUES, helm))
+        if text is None and (metrics or f != STATSD_MAPPINGS) and (options or f != HELM_VALUES)
+    ]
+    helm_options = _helm_config_options(helm or "")
+    for section, option in options:
+        what = f"option [{section}] {option}"
+        if guide is not None and not _mentions(guide, option):
+            findings.append(Finding(name, OPERATOR_GUIDE, f"{what} (added to {CONFIG_YML}) is not in {OPERATOR_GUIDE}"))
+        if helm is not None and (section, option) not in helm_options:
+            findings.append(
+                Finding(name, HELM_VALUES, f"{what} (added to {CONFIG_YML}) is not in {HELM_VALUES} (config: {section}: {option}:)")
+            )
+    patterns = _statsd_patterns(mappings or "")
+    for metric, legacy in metrics.items():
+        what = f"metric {metric}"
+        if guide is not None and not _mentions(guide, metric):
+            findings.append(Finding(name, OPERATOR_GUIDE, f"{what} (added to the metrics registry) is not in {OPERATOR_GUIDE}"))
+        # Airflow sends the name, and the legacy name too while [metrics] legacy_names_on holds: both are mapped.
+        for sent, kind in ((metric, "name"), (legacy, "legacy name")):
+            if sent is None or mappings is None:
+                continue
+            probe = f"{STATSD_PREFIX}." + re.sub(r"\{[^}]*\}", "x", sent)
+            if not any(p.match(probe) for p in patterns):
+                findings.append(
+                    Finding(name, STATSD_MAPPINGS, f"{what} (added to the metrics registry): its {kind} {sent} has no "
+                            f"mapping in {STATSD_MAPPINGS} (nothing matches {probe})")
+                )
+    return findings
+
+
 # --- generated-in-patch --------------------------------------------------------------------------
 
 SDK_MODELS = "task-sdk/src/airflow/sdk/api/datamodels/_generated.py"
@@ -687,6 +802,7 @@ CHECKS: dict[str, Callable[[Tree], list[Finding]]] = {
     "metrics-registry": check_metrics_registry,
     "newsfragments": check_newsfragments,
     "generated-in-patch": check_generated_in_patch,
+    "operator-docs": check_operator_docs,
     "ruff": check_ruff,
 }
 

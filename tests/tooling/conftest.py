@@ -58,6 +58,8 @@ class Pstool:
         self.tree = root / "build" / "tree"
         self.dist = root / "dist"
         self.patches.mkdir(parents=True, exist_ok=True)
+        #: More environment for the pstool subprocess (e.g. ``PATCHSET_DOCS_ROOT``).
+        self.extra_env: dict[str, str] = {}
 
     @property
     def env(self) -> dict[str, str]:
@@ -73,6 +75,7 @@ class Pstool:
         ruff = session_ruff(self.line)
         if ruff:
             env["PSTOOL_RUFF"] = ruff
+        env.update(self.extra_env)
         return env
 
     def lock(self) -> Any:
