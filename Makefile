@@ -17,7 +17,7 @@ BASE ?=
 PROVIDER_CHANGES ?=
 
 .PHONY: help fetch checkout export export-check check verify install wheels services test test-fast test-e2e \
-        demo image base-image containers upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply port port-continue twins clean
+        demo image base-image containers release upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply port port-continue twins clean
 
 help:
 	@echo "make test       bootstrap everything and run the whole test suite of one line (LINE=3.3 default)"
@@ -35,6 +35,7 @@ help:
 	@echo "  every target takes LINE=3.4 for the 3.4 line (lines/3.4), e.g. make install LINE=3.4"
 	@echo "make base-image build the stand-in for the official image: localhost/airflow-standin:<release> (Docker or Podman; debootstrap)"
 	@echo "make image      build the patched image airflow-patchset:<release>-ps.N (Docker or Podman, no debootstrap; BASE=, PROVIDER_CHANGES=)"
+	@echo "make release    bump every line's label (ps.N -> ps.N+1), write CHANGELOG.md, commit, tag v<release>-ps.N+1 (DRY_RUN=1: print only)"
 	@echo "make upgrade-db-from-3.3   upgrade the configured patched-3.3.2 database to 3.4 with .venv-3.4 (README)"
 
 fetch:
@@ -113,6 +114,11 @@ base-image: fetch
 image:
 	bash .ci/containers.sh image
 	$(PSTOOL) image $(if $(BASE),--base $(BASE)) $(if $(PROVIDER_CHANGES),--provider-changes $(PROVIDER_CHANGES))
+
+# docs/development/release.md: one commit bumps both lines' labels, with its CHANGELOG.md entry and
+# lines/releases.toml record, tagged v<release>-ps.N per line. Nothing is pushed.
+release:
+	$(PSTOOL) release $(if $(DRY_RUN),--dry-run)
 
 export-upstream:
 	@test -n "$(FEATURE)" || (echo "usage: make export-upstream FEATURE=<feature>" >&2; exit 2)

@@ -94,6 +94,18 @@ def load_lock(path: Path = LOCK_FILE) -> Lock:
         raise PatchsetError(f"{path}: missing key {err}") from err
 
 
+def local_version(path: Path = LOCK_FILE) -> str:
+    """The local version label of a line (``[patchset] local_version`` of its ``upstream.lock``)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise PatchsetError(f"cannot read {path}: {err}") from err
+    label = data.get("patchset", {}).get("local_version", "ps.1")
+    if not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", label):
+        raise PatchsetError(f"invalid local version label {label!r} in {path}")
+    return label
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:

@@ -41,7 +41,7 @@ from pstool.image import (  # noqa: E402
     build_secrets,
     pip_ca_bundle,
 )
-from pstool.lock import load_lock  # noqa: E402
+from pstool.lock import load_lock, local_version  # noqa: E402
 
 import lines  # noqa: E402
 
@@ -181,7 +181,7 @@ def test_a_provider_of_another_version_is_refused_unless_the_upgrade_is_asked_fo
     try:
         proc = pstool("image", "--no-wheels", "--base", older_celery_base, "--tag", upgraded, "--provider-changes", "upgrade")
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-        assert "apache-airflow-providers-celery: base 3.25.0 -> 3.26.0+ps.1 (upgrade)" in proc.stdout
+        assert f"apache-airflow-providers-celery: base 3.25.0 -> 3.26.0+{local_version()} (upgrade)" in proc.stdout
         image = versions(engine, upgraded)
         assert {name: image[name] for name in wanted} == wanted
         # Dependencies resolved against the base's installed set: nothing it had changed version.
@@ -230,7 +230,7 @@ def test_extending_the_image_as_documented_keeps_the_patches(engine, patched, tm
         # ...which airflow-patchset check reports, naming it.
         proc = run(engine, lost, "bash", "-c", "airflow-patchset check")
         assert proc.returncode == 1
-        assert "apache-airflow-providers-celery: 3.26.0 (the patch set's is 3.26.0+ps.1)" in proc.stderr
+        assert f"apache-airflow-providers-celery: 3.26.0 (the patch set's is 3.26.0+{local_version()})" in proc.stderr
         # With the constraint, pip refuses the same install.
         proc = build(
             engine,
