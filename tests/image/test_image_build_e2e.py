@@ -42,6 +42,8 @@ from pstool.image import (  # noqa: E402
     pip_ca_bundle,
 )
 from pstool.lock import load_lock, local_version  # noqa: E402
+from pstool.paths import PATCHES_DIR  # noqa: E402
+from pstool.releases import series_hash  # noqa: E402
 
 import lines  # noqa: E402
 
@@ -142,6 +144,14 @@ def test_the_patched_image_carries_the_patch_set_and_nothing_else_changes(engine
     labels = engine.labels(patched)
     assert labels[f"{LABEL_PREFIX}release"] == lock.release and labels[f"{LABEL_PREFIX}line"] == lines.LINE
     assert labels[f"{LABEL_PREFIX}base"] == standin
+    # The image names its release: label, commit and series hash, as labels and in airflow-patchset check.
+    assert labels[f"{LABEL_PREFIX}local-version"] == local_version()
+    assert labels[f"{LABEL_PREFIX}series-hash"] == series_hash(PATCHES_DIR)
+    out = run(engine, patched, "bash", "-c", "airflow-patchset check").stdout
+    assert [line for line in out.splitlines() if line.startswith("patch set ")] == [
+        f"patch set {local_version()} (line {lines.LINE}), commit {labels[f'{LABEL_PREFIX}commit']}, "
+        f"series {series_hash(PATCHES_DIR)}"
+    ], out
     assert run(engine, patched, "version").stdout.strip().splitlines()[-1] == lock.release
 
 
