@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "fetch":
-            from pstool.lock import fetch, fetch_tools
+            from pstool.lock import fetch
+            from pstool.ui import fetch_tools
 
             fetch()
             for name, path in fetch_tools().items():

@@ -34,6 +34,8 @@ UPSTREAM_EDITS_FILE = Path(os.environ.get("PATCHSET_UPSTREAM_EDITS", LINES_DIR /
 #: Where the operator documents live (``docs/operations.md``, ``monitoring/``): the repository root
 #: (``PATCHSET_DOCS_ROOT`` overrides, for the operator-docs check's tests).
 DOCS_ROOT = Path(os.environ.get("PATCHSET_DOCS_ROOT", ROOT))
+#: The test dependencies every line's venv gets (``pstool.venv``).
+TEST_REQUIREMENTS = ROOT / "dev" / "requirements-test.txt"
 
 
 def known_lines() -> list[str]:
