@@ -207,7 +207,7 @@ def entry(label: str, date: str, previous: dict | None, root: Path = ROOT) -> st
                 for name in diff[kind]:
                     out.append(f"- {kind}: `{name}`")
         out.append("")
-    return "\n".join(row.rstrip() for row in out)
+    return re.sub(r"[ \t]+$", "", "\n".join(out), flags=re.M)
 
 
 def write_changelog(text: str, path: Path = CHANGELOG) -> None:

@@ -155,6 +155,7 @@ def test_the_changelog_entry_lists_newsfragments_per_feature_and_the_series_diff
                 fragments += 1
     assert fragments > 5
     assert "### Series (the first release by `make release`: the whole series)" in changelog
+    assert not [row for row in changelog.splitlines() if row != row.rstrip()]  # no trailing whitespace
 
     # The next release: one patch changed, one added, one removed on 3.3; nothing on 3.4.
     patches = clone.patches("3.3")
