@@ -17,7 +17,7 @@ BASE ?=
 PROVIDER_CHANGES ?=
 
 .PHONY: help fetch checkout export export-check check verify install wheels services test test-fast test-e2e \
-        demo image base-image containers upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply port port-continue twins clean
+        demo image base-image containers release upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply port port-continue twins clean
 
 help:
 	@echo "make test       bootstrap everything and run the whole test suite of one line (LINE=3.3 default)"
@@ -33,8 +33,9 @@ help:
 	@echo "make export-upstream FEATURE=aip-97   PR-ready series in build/<line>/upstream/FEATURE"
 	@echo "make drift VERSION=3.3.3              classify each patch against a newer release"
 	@echo "  every target takes LINE=3.4 for the 3.4 line (lines/3.4), e.g. make install LINE=3.4"
-	@echo "make base-image build the stand-in for the official image: localhost/airflow-standin:<release> (podman, debootstrap)"
-	@echo "make image      build the patched image airflow-patchset:<release>-ps.N (Docker or Podman; BASE=, PROVIDER_CHANGES=)"
+	@echo "make base-image build the stand-in for the official image: localhost/airflow-standin:<release> (Docker or Podman; debootstrap)"
+	@echo "make image      build the patched image airflow-patchset:<release>-ps.N (Docker or Podman, no debootstrap; BASE=, PROVIDER_CHANGES=)"
+	@echo "make release    bump every line's label (ps.N -> ps.N+1), write CHANGELOG.md, commit, tag v<release>-ps.N+1 (DRY_RUN=1: print only)"
 	@echo "make upgrade-db-from-3.3   upgrade the configured patched-3.3.2 database to 3.4 with .venv-3.4 (README)"
 
 fetch:
@@ -78,9 +79,10 @@ verify: install
 services:
 	bash .ci/services.sh
 
-# Debian's podman, runc and debootstrap, unless a Docker engine answers (.ci/containers.sh).
+# Debian's podman and runc unless a Docker engine answers, and debootstrap (.ci/containers.sh): what
+# make test and make test-e2e need (tests/image builds the stand-in base). make image needs only the engine.
 containers:
-	bash .ci/containers.sh
+	bash .ci/containers.sh all
 
 RUN_TESTS := $(VENV)/bin/python dev/run_tests.py
 
@@ -101,12 +103,22 @@ upgrade-db-from-3.3:
 demo: install
 	$(VENV)/bin/python dev/demo.py $(DEMO_ARGS)
 
-base-image: containers fetch
+# The stand-in base needs debootstrap (root to install it, .ci/containers.sh); make image does not.
+base-image: fetch
+	bash .ci/containers.sh base-image
 	$(PSTOOL) base-image
 
 # pstool image builds the patched wheels first (checking out the tree if need be), as make install does.
-image: containers
+# Only a container engine is required: Docker when it answers, else Podman (no debootstrap, no root
+# when either is there).
+image:
+	bash .ci/containers.sh image
 	$(PSTOOL) image $(if $(BASE),--base $(BASE)) $(if $(PROVIDER_CHANGES),--provider-changes $(PROVIDER_CHANGES))
+
+# docs/development/release.md: one commit bumps both lines' labels, with its CHANGELOG.md entry and
+# lines/releases.toml record, tagged v<release>-ps.N per line. Nothing is pushed.
+release:
+	$(PSTOOL) release $(if $(DRY_RUN),--dry-run)
 
 export-upstream:
 	@test -n "$(FEATURE)" || (echo "usage: make export-upstream FEATURE=<feature>" >&2; exit 2)

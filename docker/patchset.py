@@ -14,9 +14,14 @@ with the base image's Python and pip; standard library only.
     needs but never up- or downgrades anything else; check that nothing else changed; ``pip check``;
     and write FILE, the constraints that pin the patched ``+ps.N`` versions.
 
-``airflow-patchset check [--constraints FILE]``
-    Exit 1, naming each one, when a distribution the patch set pins is no longer installed at its
-    patched version (e.g. a later ``pip install`` replaced it with upstream's); else print them.
+``airflow-patchset identify --label L --commit C --series-hash H --line X --out FILE``
+    Write FILE (``~/patchset-release.json``): what names the image's patch set, its local version
+    label (``ps.N``), the repository commit and the line's series hash (``docker/Dockerfile``).
+
+``airflow-patchset check [--constraints FILE] [--release FILE]``
+    Print the image's label, commit and series hash (``~/patchset-release.json``); exit 1, naming
+    each one, when a distribution the patch set pins is no longer installed at its patched version
+    (e.g. a later ``pip install`` replaced it with upstream's); else print them.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from pathlib import Path
 #: Not providers: the patches are for exactly this release of them; no option installs another.
 CORE_DISTRIBUTIONS = {"apache-airflow-core", "apache-airflow-task-sdk", "apache-airflow"}
 DEFAULT_CONSTRAINTS = Path(os.environ.get("AIRFLOW_USER_HOME_DIR", "/home/airflow")) / "patchset-constraints.txt"
+DEFAULT_RELEASE = DEFAULT_CONSTRAINTS.parent / "patchset-release.json"
+IDENTITY_KEYS = ("label", "commit", "series_hash", "line")
 
 
 def canonical(name: str) -> str:
@@ -189,7 +196,34 @@ def install(args: argparse.Namespace) -> int:
     return 0
 
 
+def identify(args: argparse.Namespace) -> int:
+    identity = {key: getattr(args, key) for key in IDENTITY_KEYS}
+    Path(args.out).write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n")
+    print("airflow-patchset: " + describe(identity))
+    return 0
+
+
+def describe(identity: dict) -> str:
+    """``patch set ps.2 (line 3.3), commit <sha>, series <sha256>``."""
+    return (
+        f"patch set {identity.get('label', 'unknown')} (line {identity.get('line', 'unknown')}), "
+        f"commit {identity.get('commit', 'unknown')}, series {identity.get('series_hash', 'unknown')}"
+    )
+
+
+def read_identity(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def check(args: argparse.Namespace) -> int:
+    identity = read_identity(Path(args.release))
+    if identity is None:
+        print(f"airflow-patchset: {args.release} is missing: the image does not say which release it is")
+    else:
+        print(describe(identity))
     path = Path(args.constraints)
     if not path.is_file():
         print(f"airflow-patchset: {path} is missing: not a patched image?", file=sys.stderr)
@@ -227,10 +261,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wheels", required=True, help="directory of the patched wheels")
     p.add_argument("--allow", default="", help="provider version changes to allow: upgrade, downgrade")
     p.add_argument("--constraints-out", required=True, help="where to write the patched versions' constraints")
-    p = sub.add_parser("check", help="verify the image still carries every patched distribution")
+    p = sub.add_parser("check", help="print the image's release; verify it still carries every patched distribution")
     p.add_argument("--constraints", default=str(DEFAULT_CONSTRAINTS))
+    p.add_argument("--release", default=str(DEFAULT_RELEASE))
+    p = sub.add_parser("identify", help="record the image's label, commit and series hash")
+    for key in IDENTITY_KEYS:
+        p.add_argument(f"--{key.replace('_', '-')}", required=True)
+    p.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    return install(args) if args.command == "install" else check(args)
+    return {"install": install, "check": check, "identify": identify}[args.command](args)
 
 
 if __name__ == "__main__":

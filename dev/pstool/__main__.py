@@ -62,11 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--tag", help="tag the image so instead of airflow-patchset:<release>-<label>")
     p.add_argument("--no-wheels", action="store_true", help="use the wheels in the dist directory as they are")
+    p = sub.add_parser("release", help="bump every line's label (ps.N+1), write CHANGELOG.md, commit and tag")
+    p.add_argument("--dry-run", action="store_true", help="print the changelog entry; change nothing")
+    p.add_argument("--date", help="the release date (default: today, UTC)")
     args = parser.parse_args(argv)
 
     try:
         if args.command == "fetch":
-            from pstool.lock import fetch, fetch_tools
+            from pstool.lock import fetch
+            from pstool.ui import fetch_tools
 
             fetch()
             for name, path in fetch_tools().items():
@@ -155,9 +159,17 @@ def main(argv: list[str] | None = None) -> int:
             from pstool.image import base_image
 
             base_image(refresh=args.refresh)
+        elif args.command == "release":
+            from pstool.release import release
+
+            release(dry_run=args.dry_run, date=args.date)
         elif args.command == "image":
             from pstool.image import image
+            from pstool.paths import LINE
+            from pstool.releases import check_label
 
+            # Before anything is built: a released label is never given to another series.
+            print(f"image: label {check_label(LINE)}", flush=True)
             image(
                 base=args.base or None,
                 provider_changes=args.provider_changes,

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import tomllib
 import zipfile
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from pstool import PatchsetError
 from pstool.git import git, out
 from pstool.layout import tree_to_wheels
 from pstool.lock import Lock, PinnedFile, fetch, load_lock
+from pstool.lock import local_version as lock_local_version
 from pstool.paths import DIST_DIR, LOCK_FILE, tree_dir
 from pstool.tree import BASE_REF
 
@@ -27,10 +27,8 @@ ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
 def local_version() -> str:
-    label = tomllib.loads(LOCK_FILE.read_text()).get("patchset", {}).get("local_version", "ps.1")
-    if not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", label):
-        raise PatchsetError(f"invalid local version label {label!r} in upstream.lock")
-    return label
+    """The selected line's label (:func:`pstool.lock.local_version`)."""
+    return lock_local_version(LOCK_FILE)
 
 
 def dist_dir() -> Path:

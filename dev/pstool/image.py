@@ -161,8 +161,8 @@ def detect_engine() -> Engine:
             return Engine(name, proc.stdout.strip().splitlines()[-1])
     raise PatchsetError(
         "no container engine works here: `docker info` fails (no Docker engine) and podman is not installed. "
-        "Run `bash .ci/containers.sh` (as root: installs Debian's podman, runc and debootstrap), "
-        "which `make base-image` and `make image` do."
+        "Run `bash .ci/containers.sh image` (as root: installs Debian's podman and runc), "
+        "which `make image` does."
     )
 
 
@@ -295,7 +295,7 @@ def os_image(engine: Engine, *, refresh: bool = False) -> str:
     if not refresh and (engine.labels(tag) or {}).get(KEY_LABEL) == key:
         return tag
     if shutil.which("debootstrap") is None:
-        raise PatchsetError("debootstrap is not installed; run `bash .ci/containers.sh` (make base-image does)")
+        raise PatchsetError("debootstrap is not installed; run `bash .ci/containers.sh base-image` (make base-image does)")
     started = time.monotonic()
     print(f"base-image: debootstrap --variant=minbase {SUITE} from {mirror} ...", flush=True)
     IMAGE_BUILD_DIR.mkdir(parents=True, exist_ok=True)
@@ -497,6 +497,31 @@ def resolve_base(engine: Engine | None, base: str | None, release: str) -> str:
     return pull
 
 
+def image_identity(label: str) -> dict[str, str]:
+    """What names the image's patch set: the label, the repository commit and the line's series hash
+    (``pstool.releases``); ``airflow-patchset check`` prints them inside the image."""
+    from pstool.paths import PATCHES_DIR
+    from pstool.releases import commit_of, series_hash
+
+    return {"label": label, "commit": commit_of(), "series_hash": series_hash(PATCHES_DIR), "line": LINE}
+
+
+#: identity key -> the Dockerfile's build argument (it writes them to ~/patchset-release.json and labels).
+IDENTITY_ARGS = {
+    "label": "PATCHSET_LABEL",
+    "commit": "PATCHSET_COMMIT",
+    "series_hash": "PATCHSET_SERIES_HASH",
+    "line": "PATCHSET_LINE",
+}
+
+
+def identity_build_args(identity: dict[str, str]) -> list[str]:
+    args: list[str] = []
+    for key, arg in IDENTITY_ARGS.items():
+        args += ["--build-arg", f"{arg}={identity[key]}"]
+    return args
+
+
 def image(
     *,
     base: str | None = None,
@@ -529,6 +554,7 @@ def image(
     except ValueError:
         raise PatchsetError(f"the patched wheels ({dist_dir()}) must be inside the repository: it is the build context") from None
     tag = tag or patched_tag(lock.release, label)
+    identity = image_identity(label)
     with build_lock():
         engine = engine or detect_engine()
         base_ref = resolve_base(engine, base, lock.release)
@@ -555,6 +581,7 @@ def image(
                 f"{LABEL_PREFIX}line={LINE}",
                 "--label",
                 f"{LABEL_PREFIX}wheels={','.join(p.name for p in wheels)}",
+                *identity_build_args(identity),
                 "--tag",
                 tag,
                 str(ROOT),

@@ -94,6 +94,18 @@ def load_lock(path: Path = LOCK_FILE) -> Lock:
         raise PatchsetError(f"{path}: missing key {err}") from err
 
 
+def local_version(path: Path = LOCK_FILE) -> str:
+    """The local version label of a line (``[patchset] local_version`` of its ``upstream.lock``)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise PatchsetError(f"cannot read {path}: {err}") from err
+    label = data.get("patchset", {}).get("local_version", "ps.1")
+    if not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", label):
+        raise PatchsetError(f"invalid local version label {label!r} in {path}")
+    return label
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
@@ -133,9 +145,9 @@ def download_with_retries(cmd: list[str], expected: Path, what: str) -> None:
 
 
 def _download(pinned: PinnedFile, dest: Path) -> None:
-    if pinned.registry == "npm":
-        _download_npm(pinned, dest)
-        return
+    """``pip download`` one pinned file (the npm tarballs are the UI toolchain's: ``pstool.ui.fetch_tools``)."""
+    if pinned.registry != "pypi":
+        raise PatchsetError(f"{pinned.file} comes from the {pinned.registry} registry: pstool.ui.fetch_tools fetches it")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest)]
     if pinned.kind == "sdist":
         # pip prepares an sdist's metadata after downloading it; that needs its build backend,
@@ -147,29 +159,6 @@ def _download(pinned: PinnedFile, dest: Path) -> None:
     # pip tries to build metadata for an sdist; it may fail after the download, which is fine: the
     # file being there is what counts.
     download_with_retries(cmd, dest / pinned.file, f"{pinned.file} ({pinned.requirement}) from the package index")
-
-
-def _download_npm(pinned: PinnedFile, dest: Path) -> None:
-    """``npm pack NAME@VERSION`` with the npm bundled in the pinned Node wheel (fetched first)."""
-    from pstool.ui import npm_command
-
-    cmd = [*npm_command(), "pack", "--silent", f"{pinned.name}@{pinned.version}", "--pack-destination", str(dest)]
-    download_with_retries(cmd, dest / pinned.file, f"{pinned.file} ({pinned.name}@{pinned.version}) from the npm registry")
-
-
-def fetch_tools(lock: Lock | None = None) -> dict[str, Path]:
-    """Download (once) and verify the pinned UI toolchain files; Node comes first, npm needs it."""
-    lock = lock or load_lock()
-    dest = cache_dir()
-    dest.mkdir(parents=True, exist_ok=True)
-    found: dict[str, Path] = {}
-    for pinned in sorted(lock.tools, key=lambda p: p.registry != "pypi"):
-        path = dest / pinned.file
-        if not path.exists():
-            _download(pinned, dest)
-        verify_file(pinned, path)
-        found[pinned.name] = path
-    return found
 
 
 def fetch(lock: Lock | None = None, *, quiet: bool = False) -> dict[str, Path]:

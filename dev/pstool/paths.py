@@ -31,6 +31,11 @@ TWINS_FILE = LINES_DIR / "twins.toml"
 #: carry (a new docs page's toctree entry, tests that belong in an existing upstream test module);
 #: ``pstool export-upstream`` writes them into the cover letter (``PATCHSET_UPSTREAM_EDITS`` overrides).
 UPSTREAM_EDITS_FILE = Path(os.environ.get("PATCHSET_UPSTREAM_EDITS", LINES_DIR / "upstream-edits.toml"))
+#: Where the operator documents live (``docs/operations.md``, ``monitoring/``): the repository root
+#: (``PATCHSET_DOCS_ROOT`` overrides, for the operator-docs check's tests).
+DOCS_ROOT = Path(os.environ.get("PATCHSET_DOCS_ROOT", ROOT))
+#: The test dependencies every line's venv gets (``pstool.venv``).
+TEST_REQUIREMENTS = ROOT / "dev" / "requirements-test.txt"
 
 
 def known_lines() -> list[str]:

@@ -29,7 +29,7 @@ import os
 import sys
 from pathlib import Path
 
-from pstool.paths import CURRENT, LOCK_FILE, ROOT, machine_cache_dir
+from pstool.paths import CURRENT, LOCK_FILE, ROOT, TEST_REQUIREMENTS, machine_cache_dir
 
 PSTOOL_DIR = Path(__file__).resolve().parent
 #: The modules whose code runs the stamped checks: the generators and their comparison, the UI's
@@ -44,9 +44,7 @@ def _digest(path: Path) -> str:
 
 def environment_key() -> str:
     """What runs the checks, besides the content they check (see the module's docstring)."""
-    from pstool.venv import CONSTRAINTS, REQUIREMENTS
-
-    files = [LOCK_FILE, CONSTRAINTS, REQUIREMENTS, *(PSTOOL_DIR / name for name in CHECK_MODULES)]
+    files = [LOCK_FILE, CURRENT.constraints, TEST_REQUIREMENTS, *(PSTOOL_DIR / name for name in CHECK_MODULES)]
     files += [ROOT / "dev" / name for name in GENERATOR_FILES]
     files += sorted(p for p in (ROOT / "dev" / "generator-root").rglob("*") if p.is_file())
     parts = [CURRENT.line, sys.version, *(f"{p.parent.name}/{p.name}:{_digest(p)}" for p in files)]

@@ -32,7 +32,7 @@ from pathlib import Path
 from pstool import PatchsetError
 from pstool.git import git, out
 from pstool.layout import UI_CLIENT_DIR, UI_TREE_DIR
-from pstool.lock import DOWNLOAD_WAITS, Lock, PinnedFile, load_lock, verify_file
+from pstool.lock import DOWNLOAD_WAITS, Lock, PinnedFile, _download, download_with_retries, load_lock, verify_file
 from pstool.paths import BUILD_DIR, ROOT, cache_dir, machine_cache_dir
 
 UI_DIR = UI_TREE_DIR.rstrip("/")
@@ -112,9 +112,31 @@ def npm_command() -> list[str]:
     return [str(node_bin / "node"), str(node_bin.parent / "lib/node_modules/npm/bin/npm-cli.js")]
 
 
-def toolchain(lock: Lock | None = None) -> Toolchain:
-    from pstool.lock import fetch_tools
+def _download_npm(pinned: PinnedFile, dest: Path) -> None:
+    """``npm pack NAME@VERSION`` with the npm bundled in the pinned Node wheel (fetched first)."""
+    cmd = [*npm_command(), "pack", "--silent", f"{pinned.name}@{pinned.version}", "--pack-destination", str(dest)]
+    download_with_retries(cmd, dest / pinned.file, f"{pinned.file} ({pinned.name}@{pinned.version}) from the npm registry")
 
+
+def fetch_tools(lock: Lock | None = None) -> dict[str, Path]:
+    """Download (once) and verify the pinned UI toolchain files; Node comes first, npm needs it."""
+    lock = lock or load_lock()
+    dest = cache_dir()
+    dest.mkdir(parents=True, exist_ok=True)
+    found: dict[str, Path] = {}
+    for pinned in sorted(lock.tools, key=lambda p: p.registry != "pypi"):
+        path = dest / pinned.file
+        if not path.exists():
+            if pinned.registry == "npm":
+                _download_npm(pinned, dest)
+            else:
+                _download(pinned, dest)
+        verify_file(pinned, path)
+        found[pinned.name] = path
+    return found
+
+
+def toolchain(lock: Lock | None = None) -> Toolchain:
     lock = lock or load_lock()
     files = fetch_tools(lock)
     node_bin = _unpack_node(lock.tool(NODE), files[NODE])

@@ -16,9 +16,9 @@ from pathlib import Path
 from pstool import PatchsetError
 from pstool.build import build, dist_dir
 from pstool.lock import fetch, load_lock, sha256_of
-from pstool.paths import CURRENT, PATCHES_DIR, ROOT, tree_dir, venv_dir
+from pstool.paths import CURRENT, PATCHES_DIR, TEST_REQUIREMENTS, tree_dir, venv_dir
 
-REQUIREMENTS = ROOT / "dev" / "requirements-test.txt"
+REQUIREMENTS = TEST_REQUIREMENTS
 # Each line pins its own third-party set (lines/<line>/constraints.txt).
 CONSTRAINTS = CURRENT.constraints
 STAMP = ".patchset-stamp.json"

@@ -23,7 +23,8 @@
 7. UI lint: when the series touches the UI source, upstream's UI hook (``ts-compile-lint-ui``: eslint,
    prettier and tsc on the files the series changes, as upstream's prek runs it on a pull request) passes
    on the patched UI (see ``pstool.ui``; stamped on the machine per UI source, ``pstool.stamps``).
-8. Upstream's review checks (``pstool.checks``): on the whole series and on each feature alone.
+8. Upstream's review checks (``pstool.checks``): on the whole series and on each feature alone; with
+   them ``operator-docs``: every option and metric the series adds is in the operator documents.
 9. Twins (``pstool.twins``): every patch has its twin on every other line, or says why not; no patch
    changed on one line only since the last port, unless accepted on purpose with a reason.
 """

@@ -41,7 +41,9 @@ from pstool.image import (  # noqa: E402
     build_secrets,
     pip_ca_bundle,
 )
-from pstool.lock import load_lock  # noqa: E402
+from pstool.lock import load_lock, local_version  # noqa: E402
+from pstool.paths import PATCHES_DIR  # noqa: E402
+from pstool.releases import series_hash  # noqa: E402
 
 import lines  # noqa: E402
 
@@ -142,6 +144,14 @@ def test_the_patched_image_carries_the_patch_set_and_nothing_else_changes(engine
     labels = engine.labels(patched)
     assert labels[f"{LABEL_PREFIX}release"] == lock.release and labels[f"{LABEL_PREFIX}line"] == lines.LINE
     assert labels[f"{LABEL_PREFIX}base"] == standin
+    # The image names its release: label, commit and series hash, as labels and in airflow-patchset check.
+    assert labels[f"{LABEL_PREFIX}local-version"] == local_version()
+    assert labels[f"{LABEL_PREFIX}series-hash"] == series_hash(PATCHES_DIR)
+    out = run(engine, patched, "bash", "-c", "airflow-patchset check").stdout
+    assert [line for line in out.splitlines() if line.startswith("patch set ")] == [
+        f"patch set {local_version()} (line {lines.LINE}), commit {labels[f'{LABEL_PREFIX}commit']}, "
+        f"series {series_hash(PATCHES_DIR)}"
+    ], out
     assert run(engine, patched, "version").stdout.strip().splitlines()[-1] == lock.release
 
 
@@ -181,7 +191,7 @@ def test_a_provider_of_another_version_is_refused_unless_the_upgrade_is_asked_fo
     try:
         proc = pstool("image", "--no-wheels", "--base", older_celery_base, "--tag", upgraded, "--provider-changes", "upgrade")
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-        assert "apache-airflow-providers-celery: base 3.25.0 -> 3.26.0+ps.1 (upgrade)" in proc.stdout
+        assert f"apache-airflow-providers-celery: base 3.25.0 -> 3.26.0+{local_version()} (upgrade)" in proc.stdout
         image = versions(engine, upgraded)
         assert {name: image[name] for name in wanted} == wanted
         # Dependencies resolved against the base's installed set: nothing it had changed version.
@@ -230,7 +240,7 @@ def test_extending_the_image_as_documented_keeps_the_patches(engine, patched, tm
         # ...which airflow-patchset check reports, naming it.
         proc = run(engine, lost, "bash", "-c", "airflow-patchset check")
         assert proc.returncode == 1
-        assert "apache-airflow-providers-celery: 3.26.0 (the patch set's is 3.26.0+ps.1)" in proc.stderr
+        assert f"apache-airflow-providers-celery: 3.26.0 (the patch set's is 3.26.0+{local_version()})" in proc.stderr
         # With the constraint, pip refuses the same install.
         proc = build(
             engine,

@@ -1,7 +1,7 @@
 """
 A venv that runs the provider wheels of THIS checkout on the unpatched core of the line.
 
-The patched provider wheels keep their version (``X+ps.1``) whatever the code in them, so a plain
+The patched provider wheels keep their version (``X+ps.N``) whatever the code in them, so a plain
 ``pip install`` into an existing venv answers "Requirement already satisfied" and keeps the code of
 an earlier build (``test_compat_venv.py`` shows it). So:
 

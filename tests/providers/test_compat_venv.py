@@ -1,7 +1,7 @@
 """
 The compatibility venv runs the code of this checkout, not an earlier build of the same version.
 
-The patched provider wheels are always ``X+ps.1``. Installing a rebuilt wheel of an unchanged
+The patched provider wheels keep ``X+ps.N`` between releases. Installing a rebuilt wheel of an unchanged
 version into a venv that has the old build is a no-op for a plain ``pip install`` ("Requirement
 already satisfied"): that is how ``test_providers_on_unpatched_core.py`` used to test stale code.
 Here two builds of one tiny wheel with the same name and version but different code show the bug

@@ -6,7 +6,7 @@ unpatched venv of the line with every pinned provider (``pstool.unpatched``: the
 upstream wheels as released, their dependencies, the test tools), copied again only when that venv
 is another build (see ``compat_venv.py``). The line's provider wheels (``dist/<line>/``) are then
 force-reinstalled on every run, checked file by file against the wheels, so the venv runs exactly
-the code this checkout built (their version, ``X+ps.1``, never changes, so a plain ``pip install``
+the code this checkout built (their version, ``X+ps.N``, changes only with a release, so a plain ``pip install``
 would keep an earlier build), and ``pip check`` shows that the unpatched venv holds what they need.
 
 Every provider test module that claims to cover the unpatched core (``COVERS_UNPATCHED_CORE =
@@ -25,7 +25,7 @@ from pathlib import Path
 import harness
 import pytest
 from compat_venv import copy_base, install_current, venv_python
-from pstool.lock import load_lock
+from pstool.lock import load_lock, local_version
 from pstool.paths import BUILD_DIR, DIST_DIR
 from pstool.unpatched import STAMP
 
@@ -81,7 +81,7 @@ def test_patched_providers_run_on_an_unpatched_core(tmp_path) -> None:
     ).stdout.split()
     assert versions == [
         LOCK.wheel("apache-airflow-core").version,
-        LOCK.wheel("apache-airflow-providers-celery").version + "+ps.1",
+        LOCK.wheel("apache-airflow-providers-celery").version + "+" + local_version(),
     ]
 
     modules = modules_covering_the_unpatched_core()

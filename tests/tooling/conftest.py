@@ -1,7 +1,7 @@
 """Fixtures for testing pstool itself: run it as a subprocess against throwaway series and trees.
 
 The throwaway series are written against the default line's pristine base (tag ``upstream/3.3.2``,
-wheels ``3.3.2+ps.1``), so the pstool these fixtures run is always the default line's, whichever
+wheels ``3.3.2+<label>``, the label of that line's lock), so the pstool these fixtures run is always the default line's, whichever
 line's session runs the tests (``PATCHSET_LINE_INDEPENDENT_ON``): ``Pstool.line`` says so, and a test
 that reads that line's pins in its own process takes them from ``Pstool.lock()``, never from the
 session's line.
@@ -58,6 +58,8 @@ class Pstool:
         self.tree = root / "build" / "tree"
         self.dist = root / "dist"
         self.patches.mkdir(parents=True, exist_ok=True)
+        #: More environment for the pstool subprocess (e.g. ``PATCHSET_DOCS_ROOT``).
+        self.extra_env: dict[str, str] = {}
 
     @property
     def env(self) -> dict[str, str]:
@@ -73,6 +75,7 @@ class Pstool:
         ruff = session_ruff(self.line)
         if ruff:
             env["PSTOOL_RUFF"] = ruff
+        env.update(self.extra_env)
         return env
 
     def lock(self) -> Any:
@@ -80,6 +83,12 @@ class Pstool:
         from pstool.lock import load_lock
 
         return load_lock(for_line(self.line).lock_file)
+
+    def label(self) -> str:
+        """The local version label of :attr:`line` (``ps.N``), as the pstool subprocess gives its wheels."""
+        from pstool.lock import local_version
+
+        return local_version(for_line(self.line).lock_file)
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev"))
-from pstool.lock import load_lock  # noqa: E402
-from pstool.paths import PATCHES_DIR  # noqa: E402
+from pstool.lock import load_lock, local_version  # noqa: E402
+from pstool.paths import LOCK_FILE, PATCHES_DIR  # noqa: E402
 
 LOCK = load_lock()  # the session's line
 
@@ -25,7 +25,7 @@ def _series() -> list[str]:
 
 def test_core_and_sdk_carry_the_local_version_label() -> None:
     for name in ("apache-airflow-core", "apache-airflow-task-sdk"):
-        assert importlib.metadata.version(name) == f"{LOCK.wheel(name).version}+ps.1"
+        assert importlib.metadata.version(name) == f"{LOCK.wheel(name).version}+{local_version(LOCK_FILE)}"
 
 
 def test_pip_check_passes() -> None:

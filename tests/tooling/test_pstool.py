@@ -139,15 +139,16 @@ def test_build_is_reproducible_versioned_and_carries_a_manifest(seeded: Any) -> 
     second = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in map(Path, seeded.run("build").stdout.split())}
     assert first == second
     # alpha touches core; beta touches a shared library, which ships in core AND task-sdk.
-    assert sorted(first) == ["apache_airflow_core-3.3.2+ps.1-py3-none-any.whl", "apache_airflow_task_sdk-1.3.2+ps.1-py3-none-any.whl"]
-    core = zipfile.ZipFile(seeded.dist / "apache_airflow_core-3.3.2+ps.1-py3-none-any.whl")
-    sdk = zipfile.ZipFile(seeded.dist / "apache_airflow_task_sdk-1.3.2+ps.1-py3-none-any.whl")
+    label = seeded.label()  # the lock's, e.g. ps.2: a release changes no test
+    assert sorted(first) == [f"apache_airflow_core-3.3.2+{label}-py3-none-any.whl", f"apache_airflow_task_sdk-1.3.2+{label}-py3-none-any.whl"]
+    core = zipfile.ZipFile(seeded.dist / f"apache_airflow_core-3.3.2+{label}-py3-none-any.whl")
+    sdk = zipfile.ZipFile(seeded.dist / f"apache_airflow_task_sdk-1.3.2+{label}-py3-none-any.whl")
     assert b"BETA_MARKER" in core.read("airflow/_shared/state/__init__.py")
     assert core.read("airflow/_shared/state/__init__.py") == sdk.read("airflow/sdk/_shared/state/__init__.py")
-    assert b"Version: 3.3.2+ps.1" in core.read("apache_airflow_core-3.3.2+ps.1.dist-info/METADATA")
-    manifest = core.read("apache_airflow_core-3.3.2+ps.1.dist-info/patchset.json").decode()
+    assert f"Version: 3.3.2+{label}".encode() in core.read(f"apache_airflow_core-3.3.2+{label}.dist-info/METADATA")
+    manifest = core.read(f"apache_airflow_core-3.3.2+{label}.dist-info/patchset.json").decode()
     assert '"feature": "alpha"' in manifest and '"feature": "beta"' in manifest
-    record = core.read("apache_airflow_core-3.3.2+ps.1.dist-info/RECORD").decode()
+    record = core.read(f"apache_airflow_core-3.3.2+{label}.dist-info/RECORD").decode()
     assert "airflow/_shared/state/__init__.py,sha256=" in record
 
 
