@@ -12,7 +12,9 @@ for dag_id in ("storm_unguarded", "storm_guarded"):
     with DAG(dag_id, schedule=None, start_date=datetime(2024, 1, 1), catchup=False, max_active_tasks=N_TASKS):
         for i in range(N_TASKS):
 
-            @task(task_id=f"t{i:02d}", retries=0)
+            # The backoff's cap is the task's own (2 s); [core] max_infra_retry_delay, which also
+            # bounds the guard's hold, is above the storm's length (test_storm_e2e.py).
+            @task(task_id=f"t{i:02d}", retries=0, max_infra_retry_delay=2)
             def work():
                 return None
 
