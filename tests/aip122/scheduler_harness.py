@@ -77,6 +77,7 @@ def _snapshot(ti_id_or_run: tuple[str, str]) -> dict[str, Any]:
     from sqlalchemy import func, select, text
 
     from airflow.models.db_callback_request import DbCallbackRequest
+    from airflow.models.log import Log
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.utils.session import create_session
     from lines import PAST_TRIES
@@ -90,6 +91,18 @@ def _snapshot(ti_id_or_run: tuple[str, str]) -> dict[str, Any]:
             {"r": run_id, "t": task_id},
         )
         callbacks = session.scalar(select(func.count()).select_from(DbCallbackRequest))
+        # Every recorded outcome writes one audit Log row named after it (handle_failure, the route).
+        outcomes = dict(
+            session.execute(
+                select(Log.event, func.count())
+                .where(
+                    Log.run_id == run_id,
+                    Log.task_id == task_id,
+                    Log.event.in_(("failed", "up_for_retry")),
+                )
+                .group_by(Log.event)
+            ).all()
+        )
         return {
             "state": ti.state,
             "try_number": ti.try_number,
@@ -97,6 +110,8 @@ def _snapshot(ti_id_or_run: tuple[str, str]) -> dict[str, Any]:
             "infra_retry_count": ti.infra_retry_count,
             "history": history,
             "callbacks": callbacks,
+            "retry_reason": ti.retry_reason,
+            "outcomes": outcomes,
         }
 
 
@@ -118,6 +133,29 @@ def _count_decisions(result: dict[str, Any]) -> None:
     logger = logging.getLogger("airflow.models.taskinstance_infra_retry")
     logger.addHandler(_Count())
     logger.setLevel(logging.INFO)
+
+
+def _count_recordings(result: dict[str, Any]) -> None:
+    """Count the failures this scheduler recorded, and those it found already decided elsewhere."""
+    from airflow.jobs import failure_reporting
+
+    result.setdefault("recorded", 0)
+    result.setdefault("not_recorded", 0)
+    result.setdefault("record_errors", [])
+    real_record = failure_reporting.record_scheduler_failure
+
+    def counting_record(*args, **kwargs):
+        try:
+            recorded = real_record(*args, **kwargs)
+        except Exception as e:
+            # fail_stuck_in_queued() logs it and marks the try failed: the test must still see it.
+            result["record_errors"].append(repr(e))
+            raise
+        result["recorded" if recorded else "not_recorded"] += 1
+        return recorded
+
+    # fail_stuck_in_queued() finds it in its module's globals.
+    failure_reporting.record_scheduler_failure = counting_record  # type: ignore[assignment]
 
 
 def executor_event_with_injected_fault(
@@ -186,6 +224,7 @@ def stuck_in_queued_racer(
     out: Any,
     claimed: Any = None,
     wait_for_claim: Any = None,
+    start_after: Any = None,
 ) -> None:
     """
     One scheduler deciding a task instance stuck in queued (``infra``), in the HA race.
@@ -197,14 +236,19 @@ def stuck_in_queued_racer(
     replacement scheduler does. With ``kill_after_claim`` it sets ``claimed`` and SIGKILLs itself right
     after its claim succeeded, before its transaction commits; a racer given ``wait_for_claim``
     decides only once that event is set, so that the other one claims first, whatever the load.
+    A racer given ``start_after`` starts its scheduler work (adoption included) only once that event
+    is set, so that it can be started, and import Airflow, while the other one reads.
     """
     import airflow  # noqa: F401 - configure Airflow from the environment
     from airflow.jobs import failure_reporting
 
     result: dict[str, Any] = {"pid": os.getpid()}
     _count_decisions(result)
+    _count_recordings(result)
     executor = _executor(adopt_all=True)
     runner = _runner(job_id, executor)
+    if start_after is not None and not start_after.wait(timeout=180):
+        raise RuntimeError("the other racer never read the task instance")
     if dead_job_id is not None:
         runner.adopt_or_reset_orphaned_tasks()
 
@@ -213,6 +257,7 @@ def stuck_in_queued_racer(
     def read_then_wait(session):
         tis = list(real_read(session))
         result["read"] = len(tis)
+        result["read_states"] = [str(ti.state) for ti in tis]
         read.set()
         if not go.wait(timeout=60):
             raise RuntimeError("the other racer never read the task instance")
@@ -239,6 +284,54 @@ def stuck_in_queued_racer(
         runner._handle_tasks_stuck_in_queued()
     except Exception as e:  # reported to the test, which fails on it
         result["error"] = repr(e)
+    out.put(result)
+
+
+def route_racer(ti_id: str, body: dict[str, Any], start: Any, read: Any, go: Any, out: Any) -> None:
+    """
+    The Execution API route receiving a worker's terminal state for a try, in the decision race.
+
+    The real ``PATCH /execution/task-instances/{id}/state`` runs in this process
+    (``InProcessExecutionAPI``, the app the API server mounts) on the test database; the request is
+    sent once ``start`` is set. Once the route has read the task instance (under its row lock) and is
+    about to take its retry decision, it sets ``read`` (recording the state it read) and waits for
+    ``go``. Nothing of the route is replaced: the wait wraps its call of ``decide_retry``.
+    """
+    import importlib
+
+    import airflow  # noqa: F401 - configure Airflow from the environment
+    from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
+    from airflow.api_fastapi.execution_api.routes import task_instances as routes
+
+    result: dict[str, Any] = {"pid": os.getpid()}
+    real_decide = routes.decide_retry
+
+    def read_then_wait(ti, **kwargs):
+        result["read_state"] = str(ti.state)
+        result["read_try_number"] = ti.try_number
+        read.set()
+        if not go.wait(timeout=60):
+            raise RuntimeError("the scheduler never read the task instance")
+        return real_decide(ti, **kwargs)
+
+    routes.decide_retry = read_then_wait  # type: ignore[assignment]
+
+    transport = InProcessExecutionAPI().transport
+    # The HTTP library of the in-process transport (httpx on 3.3, httpx2 on 3.4).
+    httpx = importlib.import_module(type(transport).__module__.partition(".")[0])
+    client = httpx.Client(transport=transport, base_url="http://in-process.invalid./")
+    try:
+        if not start.wait(timeout=180):
+            raise RuntimeError("the test never let the worker report")
+        resp = client.patch(
+            f"task-instances/{ti_id}/state", json=body, headers={"Airflow-API-Version": "2026-11-30"}
+        )
+        result["status"] = resp.status_code
+        result["body"] = resp.text[:2000]
+    except Exception as e:  # reported to the test, which fails on it
+        result["error"] = repr(e)
+    if "read_state" not in result:
+        read.set()  # never reached its decision: do not keep the test waiting for it
     out.put(result)
 
 
