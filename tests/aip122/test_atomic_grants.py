@@ -272,15 +272,6 @@ def test_two_schedulers_race_to_decide_one_failure(child_env):
 RULE_TASK = "rule_fail"
 RULE_FAIL_REASON = "rules[0] (cause=infra) -> fail"
 RULE_RETRY_REASON = "rules[1] (cause=unknown) -> retry"
-# Both lines, as patched at 7f7df99: record_scheduler_failure() claims the decision on the try as the
-# scheduler read it (unlocked, stale), and handle_failure() then takes a claimed decision as is after
-# its locked re-read, so the second decider records the failure again (a second `failed` outcome;
-# after the route's retry, 3.3's scheduler raises in its flush and 3.4's records a `failed` beside
-# it). Strict: the fix makes these pass, and the marker must then go.
-UNCLAIMED_AFTER_LOCK = pytest.mark.xfail(
-    strict=True,
-    reason="issue 36 §4: a claimed decision is not re-checked after handle_failure()'s locked re-read",
-)
 
 
 def _rule_race_round() -> tuple[dict, list[dict], list[int | None]]:
@@ -314,7 +305,6 @@ def _rule_race_round() -> tuple[dict, list[dict], list[int | None]]:
     return _state(run_id, RULE_TASK), results, [a.exitcode, b.exitcode]
 
 
-@UNCLAIMED_AFTER_LOCK
 @pytest.mark.e2e
 def test_two_schedulers_race_to_decide_one_rule_failure(child_env):
     """Two schedulers decide one stuck-in-queued failure that a retry rule fails: one records it."""
@@ -390,7 +380,6 @@ def _route_race_round() -> tuple[dict, dict, dict, list[int | None]]:
     return _state(run_id, RULE_TASK), s_result, r_result, [scheduler.exitcode, route.exitcode]
 
 
-@UNCLAIMED_AFTER_LOCK
 @pytest.mark.e2e
 def test_the_route_and_a_scheduler_race_to_decide_one_failure(child_env):
     """
