@@ -16,7 +16,8 @@ One Dag, one task per example (``dags/retry_rules_dags.py``), with ``[core] max_
 and each decision is checked where it must show: the database (state, the try's ``retry_reason``,
 the delay), the scheduler's one failure line, the ``on_task_instance_failed`` listener, the StatsD
 tags and the REST API's tries. A Dag file with an unknown cause is rejected by the Dag processor with
-an error naming the task and the rule.
+an error naming the task and the rule; Dags vanilla Airflow parses (an exception class defined in a
+task factory, a rule that can never match) parse, and the factory's rule decides in the worker.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def receiver() -> Iterator[StatsdReceiver]:
 def stack(retry_rules_stack, receiver: StatsdReceiver) -> Iterator[Stack]:
     """The module's stack: one infrastructure retry, a 12 s heartbeat timeout, tagged StatsD to ``receiver``."""
     with retry_rules_stack(
-        dag_files=["retry_rules_dags.py", "retry_rules_invalid.py"],
+        dag_files=["retry_rules_dags.py", "retry_rules_invalid.py", "retry_rules_compat.py"],
         config={
             "AIRFLOW__CORE__PARALLELISM": "8",
             "AIRFLOW__CORE__MAX_INFRA_RETRIES": "1",
@@ -189,3 +190,21 @@ def test_example_rules_decide_their_failures(stack: Stack, receiver: StatsdRecei
     if ON_3_4:
         # 3.4's worker sends the policy's reason with a FAILED state too.
         assert timeout["retry_reason"] == "Matched rule for cause timeout"
+
+
+def test_dags_vanilla_parses_parse_and_keep_their_worker_rules(stack: Stack) -> None:
+    """An exception class defined in a task factory is no import error, and its rule still decides in the worker."""
+    run_id = stack.trigger("retry_rules_compat")
+    assert not stack.query("SELECT 1 FROM import_error WHERE filename LIKE '%%retry_rules_compat%%'")
+
+    def failed():
+        rows = stack.query(
+            f"SELECT state, try_number, max_tries, failure_cause FROM {LIVE_TRIES} "
+            "WHERE dag_id = 'retry_rules_compat' AND task_id = 'uses_quota' AND run_id = %(r)s",
+            r=run_id,
+        )
+        return rows if rows and rows[0]["state"] == "failed" else None
+
+    (ti,) = stack.wait_for(failed, timeout=180, interval=1, what="uses_quota failed")
+    # Failed at its first try with two retries left: the rule on the factory's class matched in the worker.
+    assert (ti["try_number"], ti["max_tries"], ti["failure_cause"]) == (1, 2, "application")
