@@ -41,7 +41,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     _HOME = tempfile.TemporaryDirectory(prefix="aip122_home_")
     _DB_STACK = harness.Stack(
-        "t_aip122_db", Path(_HOME.name), components=(), dags=[HERE / "dags" / "aip122_db_dag.py"]
+        "t_aip122_db",
+        Path(_HOME.name),
+        components=(),
+        dags=[HERE / "dags" / "aip122_db_dag.py", HERE / "dags" / "aip122_rules_db_dag.py"],
     )
     os.environ.update(
         {**_DB_STACK.process_env(), "AIP122_DB_URL": _DB_STACK.db_url, "AIRFLOW__CORE__UNIT_TEST_MODE": "False"}
@@ -62,7 +65,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def db_env() -> harness.AirflowEnv:
-    """The in-process database, migrated, with ``dags/aip122_db_dag.py`` serialized into it."""
+    """The in-process database, migrated, with ``dags/aip122_db_dag.py`` and ``aip122_rules_db_dag.py`` serialized."""
     if _DB_STACK is None:
         pytest.fail("AIP122_DB_URL is set: the in-process database is not this session's to make")
     _DB_STACK.start()
