@@ -4,10 +4,11 @@ Fixtures for the AIP-122 (infrastructure retries) tests.
 Two kinds of tests live here:
 
 * database-level tests (``test_decide_retry_db.py``, ``test_atomic_grants.py``,
-  ``test_infra_retry_metrics.py``) run the patched Airflow in the pytest process against a private
-  PostgreSQL database (a copy of the migrated template, ``tests/harness.py``) into which
-  ``dags/aip122_db_dag.py`` is serialized; they create real Dag runs and TaskInstance rows and drive
-  the failure handling through ``TaskInstance.handle_failure`` / ``decide_retry``;
+  ``test_infra_retry_metrics.py``, and for the retry-rules feature ``test_retry_rules_db.py``) run
+  the patched Airflow in the pytest process against a private PostgreSQL database (a copy of the
+  migrated template, ``tests/harness.py``) into which ``dags/aip122_db_dag.py`` and
+  ``dags/aip122_rules_db_dag.py`` are serialized; they create real Dag runs and TaskInstance rows and
+  drive the failure handling through ``TaskInstance.handle_failure`` / ``decide_retry``;
 * end-to-end tests (``test_e2e.py``, ``test_worker_guarantees_e2e.py``, marked ``e2e``) share one
   stack (``e2e_stack``): api-server and Dag processor, on a database of their own, with
   ``[core] max_infra_retries = 1``; each module starts the scheduler(s) it needs with its own
