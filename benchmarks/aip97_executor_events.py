@@ -43,10 +43,30 @@ cause, so every rule is looked at), the other side has none. The target is then
 ``--target 1.02`` on the calls figure, and the script also prints the SQL statements each side
 sends per event (counted on the engine during the measured section): the rules must add none.
 
+Two more scenarios (issue 36 §3), on 500 task instances of 50 Dags (10 tasks each, one run per Dag,
+``retries=0``), each printed as two rows against the unpatched release: ``patched`` (the Dags without
+rules in both builds) and ``patched+rules`` (the patched build's Dags carry the five-rule policy
+below on every task; the unpatched build cannot serialize rules on a cause, so it keeps the Dags
+without). Both start from a real ``SchedulerJobRunner`` (its own ``scheduler_dag_bag``, a
+``DatabaseCallbackSink`` on its executor) and measure the scheduler's whole work for the task
+instances, the events the path gives the executor included (``process_executor_events`` after it):
+
+* ``heartbeat``: every task instance is RUNNING with a heartbeat an hour old:
+  ``_find_and_purge_task_instances_without_heartbeats`` (the heartbeat-timeout purge: a callback
+  request and a FAILED event per task instance), then ``process_executor_events``;
+* ``stuck``: every task instance has been QUEUED for an hour, with no requeue left
+  (``[scheduler] num_stuck_in_queued_retries = 0``): ``_handle_tasks_stuck_in_queued`` fails each,
+  then ``process_executor_events``.
+
+Their target is the issue's: calls ratio <= 1.05 and no more SQL statements per task instance than
+unpatched, for both rows (``--target`` changes the first). A missed target is printed as
+``MISSED``, as for the other rows.
+
 Usage::
 
     python benchmarks/aip97_executor_events.py [--repeat 7] [--events 2000] [--scenario reported]
         [--statsd off|on|both] [--rules]
+    python benchmarks/aip97_executor_events.py --scenario purge [--repeat 3]   # heartbeat and stuck
 """
 
 from __future__ import annotations
@@ -67,6 +87,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 import harness  # noqa: E402  (the harness of the tests: templates, the StatsD receiver)
+
 import lines  # noqa: E402  (the release line of this run, PATCHSET_LINE)
 
 DAG_ID = "aip97_bench"
@@ -106,6 +127,156 @@ with DAG("{DAG_ID}", start_date=datetime(2024, 1, 1), schedule=None, catchup=Fal
 '''
 
 
+# The purge scenarios: 50 Dags of 10 tasks (500 task instances, one run per Dag); the rules variant gives
+# every task the five-rule policy above (the heartbeat purge's ``unknown`` cause matches a RETRY rule,
+# which has no retry to spend at retries=0, and the stuck-in-queued path's cause a later rule).
+PURGE_DAGS = 50
+PURGE_TASKS = 10
+PURGE_DAG_FILE = """
+from datetime import datetime, timedelta
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.python import PythonOperator
+
+EXTRA = {{}}
+if {rules}:
+    from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
+
+    EXTRA["retry_policy"] = ExceptionRetryPolicy(rules=[
+        RetryRule(cause="timeout", action=RetryAction.FAIL),
+        RetryRule(cause="application", action=RetryAction.DEFAULT),
+        RetryRule(cause="unknown", action=RetryAction.RETRY, retry_delay=timedelta(minutes=2)),
+        RetryRule(cause=["timeout", "application"], action=RetryAction.RETRY),
+        RetryRule(cause="infra", action=RetryAction.DEFAULT),
+    ])
+
+for d in range({dags}):
+    with DAG(f"{dag_id}_{{d:02d}}", start_date=datetime(2024, 1, 1), schedule=None, catchup=False):
+        for i in range({tasks}):
+            PythonOperator(task_id=f"t{{i:02d}}", python_callable=print, retries=0, **EXTRA)
+"""
+PURGE_SCENARIOS = ("heartbeat", "stuck")
+
+
+def _dag_file(scenario: str, rules: bool) -> str:
+    if scenario in PURGE_SCENARIOS:
+        return PURGE_DAG_FILE.format(rules=rules, dags=PURGE_DAGS, tasks=PURGE_TASKS, dag_id=DAG_ID)
+    return DAG_FILE_RULES if rules else DAG_FILE
+
+
+def _worker_purge(scenario: str) -> dict:
+    """Measure one purge scenario once (``heartbeat`` or ``stuck``), inside the prepared venv."""
+    import logging
+    import pstats
+    import time
+    from datetime import datetime, timedelta
+
+    from sqlalchemy import event, func, select, update
+
+    from airflow import settings
+    from airflow.callbacks.database_callback_sink import DatabaseCallbackSink
+    from airflow.executors.base_executor import BaseExecutor
+    from airflow.jobs.job import Job
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState, TaskInstanceState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    class BenchExecutor(BaseExecutor):
+        """A base executor that can revoke (the stuck-in-queued path revokes each task first)."""
+
+        def revoke_task(self, *, ti):
+            return None
+
+    executor = BenchExecutor()
+    executor.callback_sink = DatabaseCallbackSink()
+    with create_session() as session:
+        job = Job(job_type="SchedulerJob")
+        session.add(job)
+        session.flush()
+        job_id = job.id
+        when = datetime(2024, 1, 1, tzinfo=UTC)
+        for d in range(PURGE_DAGS):
+            SerializedDagModel.get_dag(f"{DAG_ID}_{d:02d}", session=session).create_dagrun(
+                run_id="bench",
+                logical_date=when,
+                data_interval=(when, when),
+                run_after=when,
+                run_type=DagRunType.MANUAL,
+                triggered_by=DagRunTriggeredByType.TEST,
+                state=DagRunState.RUNNING,
+                session=session,
+            )
+        session.flush()
+        an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+        values = dict(try_number=1, max_tries=0, queued_by_job_id=job_id, queued_dttm=an_hour_ago)
+        if scenario == "heartbeat":
+            values.update(
+                state=TaskInstanceState.RUNNING, last_heartbeat_at=an_hour_ago, start_date=an_hour_ago
+            )
+        else:
+            values.update(state=TaskInstanceState.QUEUED)
+        session.execute(update(TaskInstance).where(TaskInstance.dag_id.like(f"{DAG_ID}_%")).values(**values))
+        session.commit()
+        n_tis = session.scalar(select(func.count()).select_from(TaskInstance))
+        job = session.get(Job, job_id)
+        session.expunge(job)
+    runner = SchedulerJobRunner(job=job, executors=[executor])
+
+    logging.getLogger().setLevel(logging.INFO)
+    statements = [0]
+    counting = [False]
+
+    def _count(*_args, **_kwargs):
+        if counting[0]:
+            statements[0] += 1
+
+    event.listen(settings.engine, "before_cursor_execute", _count)
+    profiler = None
+    if os.environ.get("AIP97_BENCH_COUNT_CALLS"):
+        import cProfile
+
+        profiler = cProfile.Profile()
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    counting[0] = True
+    if profiler:
+        profiler.enable()
+    if scenario == "heartbeat":
+        runner._find_and_purge_task_instances_without_heartbeats()
+    else:
+        with create_session() as session:
+            runner._handle_tasks_stuck_in_queued(session=session)
+    events = len(executor.event_buffer)
+    with create_session() as session:
+        left = SchedulerJobRunner.process_executor_events(
+            executor=executor, job_id=job_id, scheduler_dag_bag=runner.scheduler_dag_bag, session=session
+        )
+        session.commit()
+    if profiler:
+        profiler.disable()
+    counting[0] = False
+    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    with create_session() as session:
+        failed = session.scalar(
+            select(func.count())
+            .select_from(TaskInstance)
+            .where(TaskInstance.state == TaskInstanceState.FAILED)
+        )
+    return {
+        "events": n_tis,
+        "executor_events": events,
+        "left": left,
+        "failed": failed,
+        "seconds": elapsed,
+        "cpu_seconds": cpu,
+        "statements": statements[0],
+        "calls": sum(entry[1] for entry in pstats.Stats(profiler).stats.values()) if profiler else None,
+    }
+
+
 def _worker(scenario: str, events: int) -> dict:
     """Measure once, inside a venv whose AIRFLOW_HOME/database the parent prepared."""
     import logging
@@ -142,11 +313,7 @@ def _worker(scenario: str, events: int) -> dict:
                 session=session,
             )
         session.flush()
-        ti_state = (
-            TaskInstanceState.FAILED
-            if scenario == "reported"
-            else TaskInstanceState.QUEUED
-        )
+        ti_state = TaskInstanceState.FAILED if scenario == "reported" else TaskInstanceState.QUEUED
         session.execute(
             update(TaskInstance)
             .where(TaskInstance.dag_id == DAG_ID)
@@ -159,9 +326,7 @@ def _worker(scenario: str, events: int) -> dict:
             TaskInstanceUuid = None
         keys = [
             TaskInstanceUuid(ti.id) if TaskInstanceUuid else ti.key
-            for ti in session.scalars(
-                select(TaskInstance).where(TaskInstance.dag_id == DAG_ID)
-            )
+            for ti in session.scalars(select(TaskInstance).where(TaskInstance.dag_id == DAG_ID))
         ]
 
     executor = BaseExecutor()
@@ -250,17 +415,20 @@ def _base_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _template_db(venv: Path, workdir: Path, rules: bool = False) -> Path:
-    """The harness's migrated template of ``venv`` with the benchmark Dag serialized, made once per venv."""
-    home = workdir / f"template-{venv.name}-{harness.wheels_key(venv)}{'-rules' if rules else ''}"
+def _template_db(venv: Path, workdir: Path, rules: bool = False, scenario: str = "mismatch") -> Path:
+    """The harness's migrated template of ``venv`` with the benchmark Dag(s) serialized, made once per venv."""
+    kind = "-purge" if scenario in PURGE_SCENARIOS else ""
+    home = workdir / f"template-{venv.name}-{harness.wheels_key(venv)}{'-rules' if rules else ''}{kind}"
     db = home / "airflow.db"
     if db.exists():
         return db
     (home / "dags").mkdir(parents=True)
-    (home / "dags" / "bench_dag.py").write_text(DAG_FILE_RULES if rules else DAG_FILE)
+    (home / "dags" / "bench_dag.py").write_text(_dag_file(scenario, rules))
     shutil.copy(harness.sqlite_template(venv), db)
     airflow = str(venv / "bin" / "airflow")
-    subprocess.run([airflow, "dags", "reserialize"], env=_base_env(home), check=True, capture_output=True, cwd=home)
+    subprocess.run(
+        [airflow, "dags", "reserialize"], env=_base_env(home), check=True, capture_output=True, cwd=home
+    )
     return db
 
 
@@ -273,13 +441,15 @@ def _run_once(
     count_calls: bool = False,
     rules: bool = False,
 ) -> dict:
-    template = _template_db(venv, workdir, rules)
+    template = _template_db(venv, workdir, rules, scenario)
     with tempfile.TemporaryDirectory(prefix="aip97-bench-", dir=workdir) as tmp:
         home = Path(tmp)
         (home / "dags").mkdir()
-        (home / "dags" / "bench_dag.py").write_text(DAG_FILE_RULES if rules else DAG_FILE)
+        (home / "dags" / "bench_dag.py").write_text(_dag_file(scenario, rules))
         shutil.copy(template, home / "airflow.db")
         env = _base_env(home)
+        if scenario == "stuck":
+            env["AIRFLOW__SCHEDULER__NUM_STUCK_IN_QUEUED_RETRIES"] = "0"  # fail at once, no requeue
         if count_calls:
             env["AIP97_BENCH_COUNT_CALLS"] = "1"
         if statsd_port is not None:
@@ -317,7 +487,12 @@ def main() -> int:
     )
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=7, help="pairs per scenario and StatsD mode")
-    parser.add_argument("--scenario", choices=["reported", "mismatch", "both"], default="both")
+    parser.add_argument(
+        "--scenario",
+        choices=["reported", "mismatch", "both", *PURGE_SCENARIOS, "purge"],
+        default="both",
+        help="both: reported and mismatch; purge: heartbeat and stuck (500 task instances of 50 Dags)",
+    )
     parser.add_argument("--statsd", choices=["off", "on", "both"], default="both")
     parser.add_argument("--target", type=float, default=None, help="default 1.05; 1.02 with --rules")
     parser.add_argument(
@@ -331,12 +506,19 @@ def main() -> int:
         default=Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else None,
         help="where the SQLite databases live (default: /dev/shm, so that fsync noise stays out)",
     )
-    parser.add_argument("--worker", choices=["reported", "mismatch"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker", choices=["reported", "mismatch", *PURGE_SCENARIOS], help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
 
     if args.worker:
-        print(json.dumps(_worker(args.worker, args.events)))
+        if args.worker in PURGE_SCENARIOS:
+            print(json.dumps(_worker_purge(args.worker)))
+        else:
+            print(json.dumps(_worker(args.worker, args.events)))
         return 0
+    if args.scenario in (*PURGE_SCENARIOS, "purge"):
+        return main_purge(args)
 
     if args.target is None:
         args.target = 1.02 if args.rules else 1.05
@@ -389,14 +571,21 @@ def main() -> int:
                         for name, venv in builds:
                             sent_before = receiver.packets
                             result = _run_once(
-                                venv, scenario, args.events, workdir, port, rules=args.rules and name == "patched"
+                                venv,
+                                scenario,
+                                args.events,
+                                workdir,
+                                port,
+                                rules=args.rules and name == "patched",
                             )
                             if mode == "on":
                                 # Both builds must really send: a venv without the statsd package
                                 # falls back to no metrics at all, which would flatter it.
                                 time.sleep(0.3)
                                 if receiver.packets == sent_before:
-                                    raise SystemExit(f"StatsD was on but the {name} build sent no packet ({venv})")
+                                    raise SystemExit(
+                                        f"StatsD was on but the {name} build sent no packet ({venv})"
+                                    )
                             # Every event consumed, every task instance failed.
                             assert result["left"] == 0, result
                             assert result["failed"] == result["events"] == n_expected, result
@@ -451,6 +640,82 @@ def main() -> int:
         receiver.__exit__(None, None, None)
     what = f"calls ratio <= {args.target} and no more SQL statements per event"
     print(f"target ({what}) {'holds in every row' if holds else 'MISSED'}")
+    return 0 if holds else 1
+
+
+def main_purge(args: argparse.Namespace) -> int:
+    """The heartbeat-timeout purge and stuck-in-queued rows: patched and patched+rules against unpatched."""
+    target = 1.05 if args.target is None else args.target
+    unpatched = args.unpatched or harness.unpatched_venv(providers=True)
+    scenarios = list(PURGE_SCENARIOS) if args.scenario == "purge" else [args.scenario]
+    modes = ["off", "on"] if args.statsd == "both" else [args.statsd]
+    n_tis = PURGE_DAGS * PURGE_TASKS
+    print(
+        f"heartbeat-timeout purge / stuck in queued, {n_tis} task instances of {PURGE_DAGS} Dags, "
+        f"{args.repeat} interleaved pairs per row (SQLite in {args.workdir}); ratio = patched (with or "
+        f"without a five-rule policy on every task) / unpatched upstream (line {lines.LINE}) of each pair, "
+        "wall-clock and CPU time of the scheduler process; SQL statements per task instance of each side"
+    )
+    print(
+        f"{'scenario':<10} {'statsd':<6} {'build':<14} {'unpatched':>10} {'patched':>10} "
+        f"{'wall med':>8} {'cpu med':>8} {'calls':>7} {'stmt/TI':>13}  target"
+    )
+    holds = True
+    receiver = harness.StatsdReceiver().__enter__()
+    try:
+        with tempfile.TemporaryDirectory(prefix="aip97-bench-work-", dir=args.workdir) as work:
+            workdir = Path(work)
+            for scenario in scenarios:
+                for mode in modes:
+                    port = receiver.port if mode == "on" else None
+                    for rules in (False, True):
+                        wall: list[float] = []
+                        cpu: list[float] = []
+                        times: dict[str, list[float]] = {"unpatched": [], "patched": []}
+                        for i in range(args.repeat):
+                            builds = [("unpatched", unpatched, False), ("patched", args.patched, rules)]
+                            if i % 2:
+                                builds.reverse()
+                            pair = {}
+                            for name, venv, with_rules in builds:
+                                result = _run_once(venv, scenario, n_tis, workdir, port, rules=with_rules)
+                                # Every task instance failed, every event the path gave consumed.
+                                assert result["left"] == 0, (name, result)
+                                assert result["failed"] == result["events"] == n_tis, (name, result)
+                                assert result["executor_events"] == n_tis, (name, result)
+                                pair[name] = result
+                                times[name].append(result["seconds"])
+                            wall.append(pair["patched"]["seconds"] / pair["unpatched"]["seconds"])
+                            cpu.append(pair["patched"]["cpu_seconds"] / pair["unpatched"]["cpu_seconds"])
+                        counted = {
+                            name: _run_once(
+                                venv, scenario, n_tis, workdir, port, count_calls=True, rules=with_rules
+                            )
+                            for name, venv, with_rules in (
+                                ("unpatched", unpatched, False),
+                                ("patched", args.patched, rules),
+                            )
+                        }
+                        calls_ratio = counted["patched"]["calls"] / counted["unpatched"]["calls"]
+                        per_ti = {name: counted[name]["statements"] / n_tis for name in counted}
+                        ok = calls_ratio <= target and per_ti["patched"] <= per_ti["unpatched"]
+                        holds &= ok
+                        label = "patched+rules" if rules else "patched"
+                        print(
+                            f"{scenario:<10} {mode:<6} {label:<14} {statistics.median(times['unpatched']):>9.3f}s "
+                            f"{statistics.median(times['patched']):>9.3f}s {statistics.median(wall):>8.3f} "
+                            f"{statistics.median(cpu):>8.3f} {calls_ratio:>7.3f} "
+                            f"{per_ti['unpatched']:>6.3f}/{per_ti['patched']:<6.3f}  {'holds' if ok else 'MISSED'}"
+                            f" [calls: {counted['unpatched']['calls']} / {counted['patched']['calls']}; "
+                            f"statements: {counted['unpatched']['statements']} / {counted['patched']['statements']}]",
+                            flush=True,
+                        )
+    finally:
+        receiver.__exit__(None, None, None)
+    print(
+        f"target (calls ratio <= {target} and no more SQL statements per task instance) "
+        f"{'holds in every row' if holds else 'MISSED'}"
+    )
     return 0 if holds else 1
 
 

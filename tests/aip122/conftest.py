@@ -4,10 +4,11 @@ Fixtures for the AIP-122 (infrastructure retries) tests.
 Two kinds of tests live here:
 
 * database-level tests (``test_decide_retry_db.py``, ``test_atomic_grants.py``,
-  ``test_infra_retry_metrics.py``) run the patched Airflow in the pytest process against a private
-  PostgreSQL database (a copy of the migrated template, ``tests/harness.py``) into which
-  ``dags/aip122_db_dag.py`` is serialized; they create real Dag runs and TaskInstance rows and drive
-  the failure handling through ``TaskInstance.handle_failure`` / ``decide_retry``;
+  ``test_infra_retry_metrics.py``, and for the retry-rules feature ``test_retry_rules_db.py``) run
+  the patched Airflow in the pytest process against a private PostgreSQL database (a copy of the
+  migrated template, ``tests/harness.py``) into which ``dags/aip122_db_dag.py`` and
+  ``dags/aip122_rules_db_dag.py`` are serialized; they create real Dag runs and TaskInstance rows and
+  drive the failure handling through ``TaskInstance.handle_failure`` / ``decide_retry``;
 * end-to-end tests (``test_e2e.py``, ``test_worker_guarantees_e2e.py``, marked ``e2e``) share one
   stack (``e2e_stack``): api-server and Dag processor, on a database of their own, with
   ``[core] max_infra_retries = 1``; each module starts the scheduler(s) it needs with its own
@@ -41,7 +42,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     _HOME = tempfile.TemporaryDirectory(prefix="aip122_home_")
     _DB_STACK = harness.Stack(
-        "t_aip122_db", Path(_HOME.name), components=(), dags=[HERE / "dags" / "aip122_db_dag.py"]
+        "t_aip122_db",
+        Path(_HOME.name),
+        components=(),
+        dags=[HERE / "dags" / "aip122_db_dag.py", HERE / "dags" / "aip122_rules_db_dag.py"],
     )
     os.environ.update(
         {**_DB_STACK.process_env(), "AIP122_DB_URL": _DB_STACK.db_url, "AIRFLOW__CORE__UNIT_TEST_MODE": "False"}
@@ -62,7 +66,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def db_env() -> harness.AirflowEnv:
-    """The in-process database, migrated, with ``dags/aip122_db_dag.py`` serialized into it."""
+    """The in-process database, migrated, with ``dags/aip122_db_dag.py`` and ``aip122_rules_db_dag.py`` serialized."""
     if _DB_STACK is None:
         pytest.fail("AIP122_DB_URL is set: the in-process database is not this session's to make")
     _DB_STACK.start()
