@@ -20,6 +20,7 @@ joined by ``\\x1f``.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 
 import _db
@@ -298,8 +299,13 @@ def test_odd_queue_names_give_valid_metric_tags_and_one_log_field(queue, monkeyp
     lines = [r.getMessage() for r in records]
     assert len(lines) == 2, lines
     for line in lines:
-        # One line, and the queue one whitespace-free field a log parser can split on.
+        # One line, and the queue one field a key=value parser reads back: plain when it has no
+        # whitespace, else JSON-quoted (as the failure line's failure_reason).
         assert "\n" not in line
         value = line.split(" queue=", 1)[1].split(" infra_failures=", 1)[0]
         assert value, line
-        assert not any(c.isspace() for c in value), line
+        if value.startswith('"'):
+            assert json.loads(value) == queue, line
+        else:
+            assert value == queue, line
+            assert not any(c.isspace() for c in value), line
