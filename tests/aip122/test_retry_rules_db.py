@@ -37,31 +37,11 @@ NO_RULE = "no_rule"
 
 
 def _dag(session):
-    from airflow.models.dagbag import DBDagBag
-
-    return DBDagBag(load_op_links=False).get_latest_version_of_dag(DAG_ID, session=session)
+    return _db.dag(session, DAG_ID)
 
 
 def _new_run(session) -> str:
-    import uuid
-
-    from airflow._shared.timezones import timezone
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunTriggeredByType, DagRunType
-
-    run_id = f"rules_{uuid.uuid4().hex[:10]}"
-    _dag(session).create_dagrun(
-        run_id=run_id,
-        logical_date=None,
-        data_interval=None,
-        run_after=timezone.utcnow(),
-        run_type=DagRunType.MANUAL,
-        triggered_by=DagRunTriggeredByType.TEST,
-        state=DagRunState.RUNNING,
-        session=session,
-    )
-    session.commit()
-    return run_id
+    return _db.new_run(session, "rules", DAG_ID)
 
 
 def _ti(session, run_id: str, task_id: str):
