@@ -92,7 +92,10 @@ def append(path: Path, text: str) -> None:
 def document_option(docs: Path) -> None:
     append(docs / "docs/operations.md", f"\n| `[core] {OPTION}` | `0` | scheduler | a probe |\n")
     helm = docs / "monitoring/helm-values.yaml"
-    helm.write_text(helm.read_text().replace("config:\n  core:\n", f'config:\n  core:\n    {OPTION}: "0"\n', 1))
+    text = helm.read_text()
+    # Under the `core:` key of `config:` (comment lines may stand between the two).
+    at = text.index("\n  core:\n", text.index("\nconfig:\n")) + len("\n  core:\n")
+    helm.write_text(text[:at] + f'    {OPTION}: "0"\n' + text[at:])
 
 
 def document_metric(docs: Path, *, legacy: bool = True) -> None:
