@@ -465,7 +465,10 @@ _SEND = """
 import json, sys
 from statsd import StatsClient
 from airflow._shared.observability.metrics import stats
-from airflow._shared.observability.metrics.statsd_logger import get_statsd_logger
+try:
+    from airflow._shared.observability.metrics.statsd_logger import get_statsd_logger
+except ImportError:  # 3.4 names the UDP logger's factory for its transport
+    from airflow._shared.observability.metrics.statsd_logger import get_udp_statsd_logger as get_statsd_logger
 
 class Printed(StatsClient):
     def _send(self, data):
