@@ -95,14 +95,29 @@ def added_paths(patch: Patch) -> list[str]:
 
 
 def check_upstream_edits(patches: list[Patch]) -> int:
-    """Every docs page a patch adds has its toctree entry recorded for the pull request (pstool.upstream)."""
-    from pstool.upstream import load_upstream_edits, pull_request_edits
+    """
+    The edits a pull request needs that the patches cannot carry are recorded (pstool.upstream).
+
+    Every docs page a patch adds has its toctree entry; every recorded edit of upstream's existing
+    tests that applies to this line is keyed by a patch of this line's series (a renamed or dropped
+    patch would otherwise lose its edits from the cover letters without a word).
+    """
+    from pstool.paths import LINE, UPSTREAM_EDITS_FILE
+    from pstool.upstream import existing_test_edits, load_upstream_edits, pull_request_edits
 
     edits = load_upstream_edits()
+    names = {patch.name.removesuffix(".patch") for patch in patches}
+    for key in edits["existing_tests"]:
+        if key not in names and existing_test_edits(key, edits, LINE):
+            raise PatchsetError(
+                f'{UPSTREAM_EDITS_FILE.name}: [[existing_tests."{key}"]] names no patch of the {LINE} line\'s '
+                "series: key it by the patch's name without .patch, or give the entry the lines "
+                "(lines = [...]) whose series carry that patch"
+            )
     count = 0
     for patch in patches:
         try:
-            count += len(pull_request_edits(added_paths(patch), edits))
+            count += len(pull_request_edits(added_paths(patch), edits, patch.name.removesuffix(".patch")))
         except PatchsetError as err:
             raise PatchsetError(f"{patch.name}: {err}") from err
     return count
@@ -246,7 +261,7 @@ def verify(*, generated: bool = True) -> int:
     check_trailers(patches)
     _ok("trailers: Feature, Upstream-Status and Depends on every patch; dependencies come first")
     edits = check_upstream_edits(patches)
-    _ok(f"pull-request edits: every new docs page has its toctree entry ({edits} edit(s) for the cover letters)")
+    _ok(f"pull-request edits: every new docs page has its toctree entry, every edit of existing tests its patch ({edits} edit(s) for the cover letters)")
     check_twins()
     base = scratch_tree()
     try:

@@ -71,6 +71,9 @@ class Pstool:
             PATCHSET_TREE=str(self.tree),
             PATCHSET_DIST=str(self.dist),
             PATCHSET_CACHE=str(REPO / ".cache" / "upstream"),
+            # The throwaway series' own pull-request edits (none unless a test writes the file):
+            # lines/upstream-edits.toml keys edits by the real series' patches, which this one lacks.
+            PATCHSET_UPSTREAM_EDITS=str(self.root / "upstream-edits.toml"),
         )
         ruff = session_ruff(self.line)
         if ruff:

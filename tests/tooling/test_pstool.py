@@ -257,6 +257,63 @@ def test_export_upstream_lists_the_edits_the_release_cannot_carry(pstool: Any, t
     assert os.path.exists(Path(proc.stdout.strip()) / "0001-document-widgets.patch")
 
 
+def _existing_tests_edits(root: Path, entries: list[tuple[str, str, list[str], str]]) -> None:
+    """Write the series' upstream-edits.toml: one [[existing_tests."<patch>"]] per (patch, module, tests, extra)."""
+    text = ""
+    for key, module, tests, extra in entries:
+        names = ", ".join(f'"{t}"' for t in tests)
+        text += f'[[existing_tests."{key}"]]\nmodule = "{module}"\ntests = [{names}]\n'
+        text += f'edit = "add `marker: None` to each expected body"\n{extra}\n'
+    (root / "upstream-edits.toml").write_text(text)
+
+
+def test_export_upstream_lists_the_existing_tests_each_patch_must_edit(seeded: Any) -> None:
+    """Upstream's own tests that a patch's change breaks are listed in the cover, under that patch only."""
+    alpha = next(seeded.patches.glob("alpha/*.patch")).relative_to(seeded.patches).with_suffix("").as_posix()
+    beta = next(seeded.patches.glob("beta/*.patch")).relative_to(seeded.patches).with_suffix("").as_posix()
+    module = "airflow-core/tests/unit/utils/test_state.py"
+    _existing_tests_edits(
+        seeded.root,
+        [
+            (alpha, module, ["TestState::test_callback_states"], 'read = "apache/airflow main, 2026-12-05"'),
+            (beta, "shared/state/tests/state/test_marker.py", ["test_marker", "test_marker_again"], ""),
+            (beta, "airflow-core/tests/unit/other.py", ["test_only_on_another_line"], 'lines = ["3.4"]'),
+        ],
+    )
+    out_dir = Path(seeded.run("export-upstream", "beta").stdout.strip())
+    cover = (out_dir / "0000-cover-letter.patch").read_text()
+    first = cover.index("  Patch 1/2 (Mark the callback states):")
+    second = cover.index("  Patch 2/2 (Add a marker to the shared state library):")
+    assert first < second
+    assert (
+        f"    - {module}: add `marker: None` to each expected body\n        In:\n"
+        "            TestState::test_callback_states\n        (apache/airflow main, 2026-12-05)\n"
+    ) in cover[first:second]
+    assert (
+        "    - shared/state/tests/state/test_marker.py: add `marker: None` to each expected body\n        In:\n"
+        "            test_marker\n            test_marker_again\n"
+    ) in cover[second:]
+    # An edit that only another line's version of the patch needs is not this line's to list.
+    assert "test_only_on_another_line" not in cover
+
+
+def test_verify_fails_on_an_existing_tests_edit_keyed_by_no_patch(seeded: Any) -> None:
+    """A renamed or dropped patch must not lose its recorded test edits from the cover letters silently."""
+    module = "airflow-core/tests/unit/utils/test_state.py"
+    _existing_tests_edits(seeded.root, [("alpha/0009-no-such-patch", module, ["test_x"], "")])
+    proc = seeded.run("verify", "--no-generated", check=False)
+    assert proc.returncode == 1
+    assert '[[existing_tests."alpha/0009-no-such-patch"]] names no patch of the 3.3 line\'s series' in proc.stderr
+    # Keyed like a file, not like a patch of the series: refused too.
+    _existing_tests_edits(seeded.root, [("alpha/0009-no-such-patch.patch", module, ["test_x"], "")])
+    proc = seeded.run("verify", "--no-generated", check=False)
+    assert proc.returncode == 1
+    assert "without .patch" in proc.stderr
+    # The same key for another line's series only is that line's verify to check.
+    _existing_tests_edits(seeded.root, [("alpha/0009-no-such-patch", module, ["test_x"], 'lines = ["3.4"]')])
+    assert seeded.run("verify", "--no-generated").returncode == 0
+
+
 def test_the_pstool_subprocess_finds_ruff_in_a_clone_without_the_default_lines_venv(tmp_path: Path) -> None:
     """CI runs these tests in the 3.4 line's clone, which has no ``.venv`` (the default line's): the
     review checks' ruff then came from nowhere ("ruff not found") and every verify here failed. The
