@@ -3,7 +3,9 @@
 1. Hygiene: every patch named in the series exists, is named once, is a git mbox ending in a
    newline, and no patch file is left out of the series.
 2. Trailers: every patch carries Feature, Upstream-Status and Depends; Depends names features
-   that exist and come earlier in the series.
+   that exist and come earlier in the series. Pull-request edits (``lines/upstream-edits.toml``):
+   every docs page a patch adds has its toctree entry, and every edit of upstream's existing
+   tests that applies to the line is keyed by a patch of its series (``check_upstream_edits``).
 3. Strict apply: the full series (every feature and the integration patches whose conditions hold)
    applies to pristine upstream with no fuzz, offset or 3-way.
 4. Independence: each feature applies on its own together with the features it depends on, and no
