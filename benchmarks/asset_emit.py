@@ -11,7 +11,12 @@ whose single task makes N sequential calls on each of three paths, **interleaved
 * ``POST /execution/asset-events`` straight from the task with its own execution token (the same
   route without the supervisor hop; only for the breakdown);
 * the public REST API ``POST /api/v2/assets/events`` with a bearer token, for the same asset (the
-  only way to publish mid-task on unpatched 3.3.2).
+  only way to publish mid-task on unpatched 3.3.2);
+* ``POST /execution/asset-events`` straight from the task to a **second api-server** on the same
+  database with ``[core] asset_emit_authorization = any``: the same route without the declared-
+  publication check. Side by side with the direct call to the first api-server (``declared``, the
+  default) it gives the check's cost on the route's path, and the emit p50 with the check against
+  the emit p50 it would have without it (emit minus the difference of the two route p50s).
 
 It prints p50/p95 latency and events/s per path and their ratio over all calls (the table), the
 spread of the per-repeat p50 ratio (the N calls are cut into R repeats), a breakdown of one emit
@@ -59,11 +64,13 @@ TRIGGER = Asset("bench_emit_trigger")
 CALLS = int(os.environ["BENCH_CALLS"])
 TRIGGERS = int(os.environ["BENCH_TRIGGERS"])
 API = os.environ["BENCH_API_URL"]
+API_ANY = os.environ["BENCH_API_ANY_URL"]
 
 
 @dag(schedule=None)
 def bench_asset_emit():
-    @task(inlets=[TARGET])
+    # Its outlets declare what it emits to ([core] asset_emit_authorization = declared).
+    @task(outlets=[TARGET, TRIGGER])
     def bench(ti=None):
         from airflow.api_fastapi.execution_api.app import _jwt_generator
 
@@ -74,6 +81,11 @@ def bench_asset_emit():
         ti_token = _jwt_generator().generate(extras={"sub": str(ti.id), "scope": "execution"})
         exec_client = httpx.Client(
             base_url=f"{API}/execution",
+            headers={"Authorization": f"Bearer {ti_token}", "Airflow-API-Version": "2026-11-30"},
+            timeout=30,
+        )
+        exec_any_client = httpx.Client(
+            base_url=f"{API_ANY}/execution",
             headers={"Authorization": f"Bearer {ti_token}", "Airflow-API-Version": "2026-11-30"},
             timeout=30,
         )
@@ -91,7 +103,13 @@ def bench_asset_emit():
                 json={"name": TARGET.name, "extra": {"n": n}, "idempotency_key": f"direct-{ti.id}-{n}"},
             ).raise_for_status()
 
-        paths = {"emit": via_emit, "rest": via_rest, "route": via_route}
+        def via_route_any(n):
+            exec_any_client.post(
+                "/asset-events",
+                json={"name": TARGET.name, "extra": {"n": n}, "idempotency_key": f"any-{ti.id}-{n}"},
+            ).raise_for_status()
+
+        paths = {"emit": via_emit, "rest": via_rest, "route": via_route, "route_any": via_route_any}
         samples = {name: [] for name in paths}
         order = list(paths)
         for n in range(-20, CALLS):  # 20 warm-up rounds, not recorded
@@ -103,6 +121,7 @@ def bench_asset_emit():
                     samples[name].append(time.perf_counter() - t0)
         rest_client.close()
         exec_client.close()
+        exec_any_client.close()
 
         returned = {}
         for k in range(TRIGGERS):
@@ -144,6 +163,11 @@ _STAGES = (
         # Once per task and api-server process: the identity of a try is remembered after that.
         "provenance look-up (task_instance; first call only)",
         lambda sql: sql.startswith("select") and " from task_instance" in sql,
+    ),
+    (
+        # Once per Dag version and api-server process: the declaration is remembered after that.
+        "declaration look-up (serialized_dag; first call only)",
+        lambda sql: sql.startswith("select") and " from serialized_dag" in sql,
     ),
     (
         "asset look-up (asset + asset_active)",
@@ -222,7 +246,7 @@ def _server_breakdown(ti_id: str, asset_name: str, calls: int) -> dict[str, floa
 
 
 def _report(args, samples: dict[str, list[float]], server: dict[str, float], lags: list[float]) -> None:
-    emit, rest, route = (_stats(samples[name]) for name in ("emit", "rest", "route"))
+    emit, rest, route, route_any = (_stats(samples[name]) for name in ("emit", "rest", "route", "route_any"))
     print(
         f"asset.emit() benchmark: {args.calls} calls per path from one task, interleaved call by call "
         "(same run, same asset)"
@@ -238,19 +262,34 @@ def _report(args, samples: dict[str, list[float]], server: dict[str, float], lag
         f"p95 {emit['p95_ms'] / rest['p95_ms']:.2f}x, "
         f"throughput {emit['events_per_s'] / rest['events_per_s']:.2f}x"
     )
+    check_ms = route["p50_ms"] - route_any["p50_ms"]
+    print("declared publication: the route with the check ([core] asset_emit_authorization = declared)")
+    print("and without it (= any, a second api-server on the same database), interleaved:")
+    for label, st in (
+        ("route, declared (check on)", route),
+        ("route, any (check off)", route_any),
+    ):
+        print(f"  {label:32}{st['p50_ms']:>10.2f}{st['p95_ms']:>10.2f}{st['events_per_s']:>12.1f}")
+    print(
+        f"  ratio route declared/any: p50 {route['p50_ms'] / route_any['p50_ms']:.3f}x; "
+        f"emit p50 with the check / without it: {emit['p50_ms']:.2f} / {emit['p50_ms'] - check_ms:.2f} ms "
+        f"= {emit['p50_ms'] / (emit['p50_ms'] - check_ms):.3f}x (target <= 1.05)"
+    )
     size = len(samples["emit"]) // args.repeats
-    p50_ratios, tput_ratios = [], []
+    p50_ratios, tput_ratios, check_ratios = [], [], []
     for r in range(args.repeats):
         chunk = {name: values[r * size : (r + 1) * size] for name, values in samples.items()}
         e, s = _stats(chunk["emit"]), _stats(chunk["rest"])
         p50_ratios.append(e["p50_ms"] / s["p50_ms"])
         tput_ratios.append(e["events_per_s"] / s["events_per_s"])
+        check_ratios.append(_stats(chunk["route"])["p50_ms"] / _stats(chunk["route_any"])["p50_ms"])
     print(
         f"spread over {args.repeats} repeats of {size} calls: p50 ratio emit/REST "
         f"min {min(p50_ratios):.2f}x / median {statistics.median(p50_ratios):.2f}x / "
         f"max {max(p50_ratios):.2f}x; "
         f"throughput ratio min {min(tput_ratios):.2f}x / median {statistics.median(tput_ratios):.2f}x / "
-        f"max {max(tput_ratios):.2f}x"
+        f"max {max(tput_ratios):.2f}x; route p50 ratio declared/any min {min(check_ratios):.3f}x / "
+        f"median {statistics.median(check_ratios):.3f}x / max {max(check_ratios):.3f}x"
     )
     print("breakdown of one emit (medians, ms):")
     rows = [
@@ -274,6 +313,9 @@ def _report(args, samples: dict[str, list[float]], server: dict[str, float], lag
                 "emit": emit,
                 "rest": rest,
                 "route": route,
+                "route_any": route_any,
+                "route_p50_ratio_declared_any_per_repeat": check_ratios,
+                "emit_p50_ratio_check": emit["p50_ms"] / (emit["p50_ms"] - check_ms),
                 "p50_ratio_per_repeat": p50_ratios,
                 "throughput_ratio_per_repeat": tput_ratios,
                 "server_ms": server,
@@ -307,14 +349,29 @@ def main() -> None:
         },
     )
     stack.env.env["BENCH_API_URL"] = stack.api_url
+    any_port = harness.free_port()
+    stack.env.env["BENCH_API_ANY_URL"] = f"http://127.0.0.1:{any_port}"
     (stack.dags_folder / "bench_asset_emit.py").write_text(textwrap.dedent(BENCH_DAG))
     ok = False
     try:
         stack.start()
+        # The same api-server without the declared-publication check, on the same database.
+        stack.start_component(
+            "api-server",
+            name="api-server-any",
+            config={"AIRFLOW__API__PORT": str(any_port), "AIRFLOW__CORE__ASSET_EMIT_AUTHORIZATION": "any"},
+        )
+        stack.wait_for(
+            lambda: harness.http_ok(f"http://127.0.0.1:{any_port}/api/v2/monitor/health"),
+            timeout=120,
+            what="the second api-server (asset_emit_authorization = any)",
+        )
         rest = httpx.Client(base_url=f"{stack.api_url}/api/v2", timeout=30)
 
         def up():
-            return rest.get("/dags", params={"dag_id_pattern": "bench_asset_emit"}).json()["total_entries"] >= 2
+            return (
+                rest.get("/dags", params={"dag_id_pattern": "bench_asset_emit"}).json()["total_entries"] >= 2
+            )
 
         stack.wait_for(up, timeout=180, what="the benchmark Dags")
         run_id = stack.trigger("bench_asset_emit")

@@ -4,6 +4,11 @@ Demo: a Dag failure callback that publishes an operational signal, which starts 
 ``AssetEventNotifier`` runs in the Dag processor like any Dag callback; the event's source is
 the failed Dag run (no task). The templated idempotency key makes a re-delivered callback a
 no-op. The cleanup Dag is scheduled on the signal asset like any asset-triggered Dag.
+
+A Dag-level callback may emit only to assets the Dag declares, the outlets of its tasks
+(``[core] asset_emit_authorization = declared``, the default): ``export`` declares the signal. An
+outlet is also published when its task succeeds, so the asset is declared on the task whose failure
+it reports.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ CLEANUP_NEEDED = Asset("demo_cleanup_needed")
     ),
 )
 def asset_emit_nightly_export():
-    @task
+    @task(outlets=[CLEANUP_NEEDED])
     def export():
         raise RuntimeError("export target unreachable")
 

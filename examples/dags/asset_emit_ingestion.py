@@ -9,6 +9,10 @@ their consumers run. The retry reads the checkpoint and resumes at batch 4.
 Emitting *before* checkpointing, with the partition key as idempotency key, makes a crash
 between the two harmless: the retry emits the same batch again and the server answers with the
 original event (``receipt.deduplicated``) instead of creating a second one.
+
+The task may emit only to the assets it declares, its ``outlets`` (``[core]
+asset_emit_authorization = declared``, the default). An outlet is also published when the task
+succeeds: that last event has no partition key, and the partitioned consumer starts no run for it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ BATCHES = 5
 
 @dag(schedule=None, tags=["asset-emit-demo"])
 def asset_emit_ingestion():
-    @task(retries=1, retry_delay=timedelta(seconds=2))
+    @task(retries=1, retry_delay=timedelta(seconds=2), outlets=[BATCH_READY])
     def ingest(**context):
         store = context["task_state_store"]
         ti = context["ti"]

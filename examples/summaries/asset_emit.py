@@ -53,6 +53,9 @@ def summarize() -> list[str]:
             .all()
         )
         for event in events:
+            if event.partition_key is None:
+                lines.append(f"  event {event.id} (no key): the outlet event of the task's success")
+                continue
             lines.append(
                 f"  event {event.id} {event.partition_key} extra={json.dumps(event.extra)} "
                 f"from {event.source_task_id}, persisted when emitted"

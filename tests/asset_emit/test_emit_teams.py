@@ -89,7 +89,14 @@ def team_api(stack, teams_world):
     stack.start_component(
         "api-server",
         name="api-server-teams",
-        config={"AIRFLOW__CORE__MULTI_TEAM": "True", "AIRFLOW__API__PORT": str(port)},
+        # Every producer may emit to every asset here, so that only the team boundary decides: it
+        # holds whatever [core] asset_emit_authorization says (test_emit_authorization.py checks
+        # declared publication, the stack's default).
+        config={
+            "AIRFLOW__CORE__MULTI_TEAM": "True",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__CORE__ASSET_EMIT_AUTHORIZATION": "any",
+        },
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, Asset, PartitionedAssetTimetable, task
 from airflow.sdk.definitions.asset.notifier import AssetEventNotifier
-from airflow.sdk.exceptions import AssetEmitError
+from airflow.sdk.exceptions import AirflowSkipException, AssetEmitError
 
 BATCHES = Asset("emit_test_batches")
 CB_SIGNAL = Asset("emit_test_callback_signal")
@@ -64,27 +64,44 @@ def _hold_this_parse_if_asked() -> None:
 _hold_this_parse_if_asked()
 
 
+def _declare(task_id, *assets):
+    """
+    A task whose outlets declare the Dag's emitted assets, and which publishes none of them.
+
+    A Dag-level callback may emit to the outlets of its Dag's tasks ([core]
+    asset_emit_authorization = declared). This task skips itself, so that success publishes no
+    outlet event that the tests would have to tell apart from the emitted ones.
+    """
+
+    @task(task_id=task_id, outlets=list(assets))
+    def _skip():
+        raise AirflowSkipException("declares what the Dag emits; publishes nothing itself")
+
+    return _skip()
+
+
 with DAG("emit_test_seed", schedule=None):
-    # A run of this Dag gives the route tests a task instance to mint tokens for.
-    @task(inlets=[API_TARGET, CB_SIGNAL, PARSE_TARGET, TEAM_ASSET])
+    # A run of this Dag gives the route tests a task instance to mint tokens for; its outlets are
+    # what that token may emit to. It skips itself, so that its outlets publish nothing.
+    @task(inlets=[API_TARGET, CB_SIGNAL, PARSE_TARGET, TEAM_ASSET], outlets=[API_TARGET, TEAM_ASSET])
     def seed():
-        return "ok"
+        raise AirflowSkipException("a token's identity, not a producer")
 
     seed()
 
 
 with DAG("emit_test_seed_other", schedule=None):
     # A second producing Dag: idempotency keys are scoped to their producer.
-    @task(inlets=[API_TARGET])
+    @task(inlets=[API_TARGET], outlets=[API_TARGET])
     def seed_other():
-        return "ok"
+        raise AirflowSkipException("a token's identity, not a producer")
 
     seed_other()
 
 
 with DAG("emit_test_partial_failure", schedule=None):
 
-    @task(retries=0)
+    @task(retries=0, outlets=[BATCHES])
     def ingest():
         receipts = [BATCHES.emit(partition_key=f"batch-000{n}", extra={"n": n}) for n in (1, 2)]
         print("RECEIPTS", [r.id for r in receipts])
@@ -120,8 +137,9 @@ with DAG(
         ),
     ],
 ):
-
+    # Its success publishes CB_SIGNAL as an outlet too (an event without "kind" in extra).
     @task(
+        outlets=[CB_SIGNAL],
         on_execute_callback=_emit("execute_cb"),
         on_success_callback=[
             _emit("success"),
@@ -138,6 +156,8 @@ with DAG(
     @task(
         retries=1,
         retry_delay=timedelta(seconds=1),
+        # Also the declaration of the Dag failure callbacks' OPS_SIGNAL (it never succeeds).
+        outlets=[CB_SIGNAL, OPS_SIGNAL],
         on_retry_callback=_emit("retry"),
         on_failure_callback=_emit("failure"),
     )
@@ -154,11 +174,12 @@ with DAG("emit_test_dag_success", schedule=None, on_success_callback=_emit("dag_
         return "ok"
 
     fine()
+    _declare("declares_signal", CB_SIGNAL)
 
 
 with DAG("emit_test_fail_while_busy", schedule=None, on_failure_callback=_emit("dag_failure_while_busy")):
     # Fails at once; its Dag on_failure_callback is requested while the file is being processed.
-    @task(retries=0)
+    @task(retries=0, outlets=[CB_SIGNAL])
     def fail_now():
         raise RuntimeError("fails at once")
 
@@ -228,6 +249,7 @@ with DAG("emit_test_forge", schedule=None, on_success_callback=_forge):
         return "ok"
 
     nothing()
+    _declare("declares_signal", CB_SIGNAL)
 
 
 with DAG("emit_test_trigger", schedule=None):
@@ -246,8 +268,8 @@ with DAG("emit_test_cleanup", schedule=OPS_SIGNAL):
 
 
 with DAG("emit_test_sdk_errors", schedule=None):
-
-    @task
+    # Its success publishes API_TARGET as an outlet too (an event with an empty extra).
+    @task(outlets=[API_TARGET])
     def bad_inputs():
         """Each bad call must raise AssetEmitError; returns the reasons, and one good async emit."""
         import asyncio
@@ -285,7 +307,7 @@ with DAG("emit_test_sdk_errors", schedule=None):
 with DAG("emit_test_dag_test", schedule=None) as dag_test_dag:
     # Run with dag.test() (in-process supervisor and Execution API) by test_emit_e2e.py.
 
-    @task
+    @task(outlets=[API_TARGET])
     def emit_in_dag_test():
         receipt = API_TARGET.emit(idempotency_key=os.environ.get("EMIT_TEST_DAG_TEST_KEY", "dag-test"))
         return {"id": receipt.id, "source_task_id": receipt.source_task_id}
