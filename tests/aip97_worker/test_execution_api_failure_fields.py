@@ -61,7 +61,7 @@ def test_old_client_without_cause_still_fails_the_task(probe):
 def test_invalid_cause_is_rejected_with_the_allowed_values(probe):
     resp = probe["new_invalid_cause"]
     assert resp["status"] == 422
-    for value in ("infra", "timeout", "application", "unknown"):
+    for value in ("infra", "timeout", "application", "unknown", "oom"):
         assert value in resp["body"]
 
 

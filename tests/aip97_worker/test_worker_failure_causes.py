@@ -85,12 +85,38 @@ def test_execution_timeout_is_timeout(stack):
     assert [c["failure_cause"] for c in _callbacks(stack, "times_out")] == ["timeout"]
 
 
+def _sigkill_evidence() -> str:
+    """What the reason of a SIGKILL says on this machine: the OOM-kill counter, or why there is none."""
+    from airflow.sdk.execution_time.oom_evidence import MemoryCgroup, find_memory_cgroup
+
+    if isinstance(find_memory_cgroup(), MemoryCgroup):
+        return "Not the kernel's OOM killer: the memory cgroup's oom_kill counter did not rise"
+    return "Whether the kernel's OOM killer sent it is unknown: no memory cgroup OOM-kill counter could be read"
+
+
+def _assert_sigkill_is_not_oom(reason: str) -> None:
+    """A SIGKILL the task sent itself (``kill -9``, no OOM) is not oom; the reason states the evidence."""
+    assert reason.startswith("Task process was killed by SIGKILL (9) before it reported a state.")
+    assert _sigkill_evidence() in reason
+    assert "most likely" not in reason
+
+
+def test_task_raising_memoryerror_is_application(stack):
+    """Negative control of the oom cause: the task's own MemoryError is application."""
+    ti = stack.wait_ti(DAG, "raises_memory_error", DONE, timeout=90)
+    assert ti["state"] == "failed"
+    assert (ti["failure_cause"], ti["failure_reason"]) == (
+        "application",
+        "MemoryError: cannot allocate the lookup table",
+    )
+
+
 def test_task_process_sigkill_with_retries_goes_up_for_retry(stack):
     """Before AIP-97 nothing reported this try and the executor reported SUCCESS (state mismatch)."""
     ti = stack.wait_ti(DAG, "task_process_killed_retry", DONE, timeout=90)
     assert ti["state"] == "up_for_retry"
     assert ti["failure_cause"] == "unknown"
-    assert "SIGKILL" in ti["failure_reason"] and "OOM" in ti["failure_reason"]
+    _assert_sigkill_is_not_oom(ti["failure_reason"])
     # The archived try keeps the cause too.
     history = stack.query(
         f"SELECT try_number, state, failure_cause, failure_reason FROM {lines.PAST_TRIES} "
@@ -109,7 +135,7 @@ def test_task_process_sigkill_without_retries_fails(stack):
     ti = stack.wait_ti(DAG, "task_process_killed", DONE, timeout=90)
     assert ti["state"] == "failed"
     assert ti["failure_cause"] == "unknown"
-    assert "SIGKILL" in ti["failure_reason"] and "OOM" in ti["failure_reason"]
+    _assert_sigkill_is_not_oom(ti["failure_reason"])
     _no_state_mismatch(stack, "task_process_killed")
     calls = _listener_calls(stack, "task_process_killed")
     assert [c["failure_cause"] for c in calls] == ["unknown"], calls

@@ -100,5 +100,5 @@ def test_kubernetes_executor_runs(tmp_path):
     executor._change_state(to_result(event), session=None)
     assert executor.event_buffer[key] == (
         TaskInstanceState.FAILED,
-        "Container 'base' was OOMKilled (exit code 137)",
+        "OOM-killed: container memory limit 1Gi; Container 'base' was OOMKilled (exit code 137)",
     )

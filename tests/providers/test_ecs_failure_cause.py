@@ -18,6 +18,18 @@ import pytest
 from _helpers import core_supports_failure_cause, event_failure
 
 INFRA, UNKNOWN = "infra", "unknown"
+
+
+def _core_knows_oom() -> bool:
+    try:
+        from airflow._shared.state.failure import TaskFailureCause
+    except ImportError:
+        return False
+    return "oom" in {c.value for c in TaskFailureCause}
+
+
+#: The oom feature's cause for a container stopped with OutOfMemoryError; ``unknown`` on a core before it.
+OOM = "oom" if _core_knows_oom() else UNKNOWN
 ECS_FIXTURES = Path(__file__).parent / "fixtures" / "ecs"
 
 os.environ.update(
@@ -104,9 +116,10 @@ ROWS = [
     ("host_ec2_terminated", INFRA, "Host EC2 (instance i-0a1b2c3d4e5f67890) terminated."),
     (
         "essential_container_oom",
-        UNKNOWN,
-        "EssentialContainerExited: Essential container in task exited (container 'airflow-worker' exit "
-        "code 137 (OutOfMemoryError: Container killed due to memory usage))",
+        OOM,
+        "OOM-killed: container 'airflow-worker' memory limit 2048 MiB; EssentialContainerExited: "
+        "Essential container in task exited (container 'airflow-worker' exit code 137 (OutOfMemoryError: "
+        "Container killed due to memory usage))",
     ),
     (
         "user_initiated",
@@ -175,7 +188,7 @@ def test_stop_code_gives_cause(executor, name, cause, reason):
 @pytest.mark.parametrize(
     ("first", "last", "cause", "reason"),
     [
-        ("spot_interruption", "essential_container_oom", UNKNOWN, ROW_REASONS["essential_container_oom"]),
+        ("spot_interruption", "essential_container_oom", OOM, ROW_REASONS["essential_container_oom"]),
         ("essential_container_oom", "spot_interruption", INFRA, ROW_REASONS["spot_interruption"]),
     ],
 )

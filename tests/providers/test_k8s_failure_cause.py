@@ -35,6 +35,18 @@ COVERS_UNPATCHED_CORE = True
 
 INFRA, UNKNOWN = "infra", "unknown"
 
+
+def _core_knows_oom() -> bool:
+    try:
+        from airflow._shared.state.failure import TaskFailureCause
+    except ImportError:
+        return False
+    return "oom" in {c.value for c in TaskFailureCause}
+
+
+#: The oom feature's cause for an OOMKilled container; ``unknown`` (same reason) on a core before it.
+OOM = "oom" if _core_knows_oom() else UNKNOWN
+
 # fixture, watch event type, expected cause, expected reason
 ROWS = [
     (
@@ -66,7 +78,12 @@ ROWS = [
         "Pod evicted without a DisruptionTarget condition: Pod ephemeral local storage usage exceeds "
         "the total limit of containers 2Gi.",
     ),
-    ("oom_killed", "MODIFIED", UNKNOWN, "Container 'base' was OOMKilled (exit code 137)"),
+    (
+        "oom_killed",
+        "MODIFIED",
+        OOM,
+        "OOM-killed: container memory limit 1Gi; Container 'base' was OOMKilled (exit code 137)",
+    ),
     (
         "deleted_while_running",
         "DELETED",

@@ -43,6 +43,11 @@ with DAG(
     def raises():
         raise ValueError("boom from task code")
 
+    @task(retries=0)
+    def raises_memory_error():
+        # A MemoryError the task raises is the task's own exception: application, never oom.
+        raise MemoryError("cannot allocate the lookup table")
+
     @task(retries=0, execution_timeout=timedelta(seconds=2))
     def times_out():
         time.sleep(60)
@@ -62,6 +67,7 @@ with DAG(
         time.sleep(2)
 
     raises()
+    raises_memory_error()
     times_out()
     task_process_killed_retry()
     task_process_killed()
