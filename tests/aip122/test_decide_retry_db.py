@@ -149,9 +149,9 @@ def test_infra_failure_at_retries_0_is_retried_without_spending_retries(infra_co
         assert ti.state == "up_for_retry"
         assert (ti.try_number, ti.max_tries, ti.infra_retry_count) == (pending_try(1), 1, 1)
         assert ti.failure_cause == INFRA
-        # The retry waits infra_retry_delay, jittered into [7 / 2, 7), not the task's retry_delay
-        # (300 s by default).
-        assert 3.5 <= ti.retry_delay_override < 7
+        # The first infrastructure retry starts at once (retry-rules' backoff), not after the task's
+        # retry_delay (300 s by default).
+        assert ti.retry_delay_override == 0.0
         ti.task = _dag(session).get_task("r0")
         assert ti.next_retry_datetime() == ti.end_date + timedelta(seconds=ti.retry_delay_override)
 
@@ -492,7 +492,7 @@ def test_grants_survive_the_callback_sink_closing_the_scheduler_session(infra_co
             "r2": ("up_for_retry", 3, 1),
             "opt_in_2": ("up_for_retry", 1, 1),
         }
-        assert all(1 <= ti.retry_delay_override < 2 for ti in got.values())
+        assert all(ti.retry_delay_override == 0.0 for ti in got.values())  # first retries: at once
 
 
 @pytest.mark.parametrize(

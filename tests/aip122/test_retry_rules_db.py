@@ -11,8 +11,8 @@ unit tests they stand beside (``test_retry_rule_spends_an_ordinary_retry_when_on
 no rule at all.
 
 The backoff is checked against numbers computed here, independently of the patch's function: the
-formula of AIP-docs/retry-rules-and-causes.md ("Infra-retry backoff"): the k-th infrastructure retry
-waits ``d = min(cap, base * 2 ** (k - 1))``, from the second on jittered into ``[d / 2, d)`` by the
+formula of AIP-docs/retry-rules-and-causes.md ("Infra-retry backoff"): the first infrastructure retry
+starts at once, the k-th from the second on waits ``d = min(cap, base * 2 ** (k - 1))``, jittered into ``[d / 2, d)`` by the
 first 8 bytes of the SHA-256 of the failed try's ``dag_id, task_id, run_id, map_index, try_number``
 joined by ``\\x1f``.
 """
@@ -143,6 +143,8 @@ def test_infra_retry_rule_falls_back_to_an_ordinary_retry_without_infra_budget(n
 
 def _expected_backoff(*, base: float, cap: float, retry_number: int, seed: str) -> float:
     """The documented formula, written out here (not the patch's function)."""
+    if retry_number == 1:
+        return 0.0  # the first infrastructure retry starts at once
     step = min(cap, base * 2 ** (retry_number - 1))
     fraction = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big") / 2**64
     return step / 2 + fraction * step / 2
@@ -150,13 +152,13 @@ def _expected_backoff(*, base: float, cap: float, retry_number: int, seed: str) 
 
 # (retry_number, seed, expected): base 5 s, cap 300 s. Each expected value was computed by hand from
 # the SHA-256 of the seed (its first 8 bytes as a fraction of 2**64, in brackets):
-#   1st retry: step 5, [0xe9d00c0baf30bdac = 0.91333...] -> 2.5 + 0.91333 * 2.5 = 4.78333
+#   1st retry: none, it starts at once (before issue 39: step 5, 2.5 + 0.91333 * 2.5 = 4.78333)
 #   2nd retry: step 10, [0xcf3670cd51cd2016 = 0.80942...] -> 5 + 0.80942 * 5  = 9.04712
 #   3rd retry: step 20, [0x2462393e0cd3e409 = 0.14212...] -> 10 + 0.14212 * 10 = 11.42124
 #   7th retry: step min(300, 320) = 300, [0x127fb96979ef16c0 = 0.07226...] -> 150 + 0.07226 * 150 = 160.83921
 #   2nd retry of map index 0: [0x86ccb3e2245a488f = 0.52656...] -> 5 + 0.52656 * 5 = 7.63281
 EXACT = [
-    (1, "d\x1ft\x1fr\x1f-1\x1f1", 4.783326990253023),
+    (1, "d\x1ft\x1fr\x1f-1\x1f1", 0.0),
     (2, "d\x1ft\x1fr\x1f-1\x1f2", 9.047122240671348),
     (3, "d\x1ft\x1fr\x1f-1\x1f3", 11.421237732400439),
     (7, "d\x1ft\x1fr\x1f-1\x1f7", 160.83921264425052),
@@ -186,7 +188,7 @@ def test_backoff_seed_is_the_failed_tries_identity():
 
 
 def test_each_grant_carries_the_backoff_of_its_ordinal(monkeypatch):
-    """Three infra retries of ``backoff`` (5 s, cap 12 s): each grant's delay is the formula's, exactly."""
+    """Three infra retries of ``backoff`` (base 5 s, cap 12 s): each grant's delay is the formula's, exactly."""
     monkeypatch.delenv("AIRFLOW__CORE__MAX_INFRA_RETRIES", raising=False)
     tries = _fail_tries("backoff", ["infra"] * 4)
     assert [t["state"] for t in tries] == ["up_for_retry"] * 3 + ["failed"]
@@ -195,8 +197,8 @@ def test_each_grant_carries_the_backoff_of_its_ordinal(monkeypatch):
         _expected_backoff(base=5.0, cap=12.0, retry_number=k, seed=t["seed"])
         for k, t in enumerate(tries[:3], 1)
     ]
-    # Written out: the first is in [2.5, 5), the second in [5, 10), the third, capped, in [6, 12).
-    assert 2.5 <= expected[0] < 5.0
+    # Written out: the first starts at once, the second in [5, 10), the third, capped, in [6, 12).
+    assert expected[0] == 0.0
     assert 5.0 <= expected[1] < 10.0
     assert 6.0 <= expected[2] < 12.0
     assert [t["retry_delay_override"] for t in tries[:3]] == pytest.approx(expected, abs=1e-6)

@@ -223,7 +223,7 @@ def test_healthy_worker_that_reconnects_keeps_its_task(stack):
         timeout=30,
         what="the worker noticed the dropped connection",
     )
-    # Two restart checks of the executor (it reads the announcements every 5 s at most) see the
+    # Two restart checks of the executor (it reads the announcements once a second at most) see the
     # worker after it reconnected: follow its reads on the private Redis.
     reads = stack.announcement_reads()
     try:
@@ -251,8 +251,10 @@ def restart_and_check(stack: Stack, *, whole_group: bool) -> None:
     stack.stack.wait_for(
         lambda: (a := stack.announcement()) and a["started_at"] != old["started_at"],
         timeout=60,
+        interval=0.1,
         what="new incarnation",
     )
+    announced_at = time.time()
     new = stack.announcement()
     try1 = stack.stack.wait_for(
         lambda: (t := stack.tries(run_id)) and t[0]["state"] not in ("running", "queued", None) and t[0],
@@ -265,10 +267,13 @@ def restart_and_check(stack: Stack, *, whole_group: bool) -> None:
     assert f"pid {old['pid']}" in reason and f"pid {new['pid']}" in reason, reason
     assert "start announcement" in reason
     # The reason above proves that the restart evidence ended try 1 (how fast is a figure of
-    # benchmarks/celery_worker_restart.py, not a bound here).
+    # benchmarks/celery_worker_restart.py and benchmarks/celery_worker_restart_containers.py, not a
+    # bound here: issue 39's targets are 5 s for the detection and 10 s to try 2 running).
+    detection = try1["end_date"].timestamp() - announced_at
     print(
-        f"try 1 failed {try1['end_date'].timestamp() - new['started_at']:.1f}s after the new incarnation "
-        f"started ({try1['end_date'].timestamp() - killed_at:.1f}s after the kill)"
+        f"try 1 failed {detection:.1f}s after the new incarnation announced itself, "
+        f"{try1['end_date'].timestamp() - new['started_at']:.1f}s after it started "
+        f"({try1['end_date'].timestamp() - killed_at:.1f}s after the kill)"
     )
 
     tries = stack.wait_final(run_id, timeout=90)
@@ -276,6 +281,10 @@ def restart_and_check(stack: Stack, *, whole_group: bool) -> None:
     records = stack.records(run_id)
     try2_start = [r["t"] for r in records if r["try"] == 2 and r.get("start")]
     assert len(try2_start) == 1
+    print(
+        f"try 2 running {try2_start[0] - announced_at:.1f}s after the announcement: retry delay and "
+        f"queueing {tries[1]['start_date'].timestamp() - try1['end_date'].timestamp():.1f}s to its start_date"
+    )
     last_try1 = max(r["t"] for r in records if r["try"] == 1)
     assert last_try1 < killed_at
     assert last_try1 < tries[-1]["start_date"].timestamp() and last_try1 < try2_start[0]

@@ -28,7 +28,7 @@ with DAG("aip122_rules_db", schedule=None, start_date=datetime(2024, 1, 1), catc
     Noop(task_id="no_rule", retries=1, retry_delay=timedelta(seconds=7))
     Noop(task_id="unknown_rule", retries=1, retry_delay=timedelta(seconds=7), retry_policy=UNKNOWN_RETRY)
     Noop(task_id="infra_rule", retries=1, retry_delay=timedelta(seconds=7), retry_policy=INFRA_RETRY)
-    # Three infrastructure retries of 5 s, doubling, capped at 12 s: 5, then jittered from 10 and from 12.
+    # Three infrastructure retries, base 5 s, doubling, capped at 12 s: at once, then jittered from 10 and from 12.
     Noop(
         task_id="backoff",
         retries=0,
