@@ -26,7 +26,7 @@ HERE = Path(__file__).parent
 EXECUTION_API_VERSION = "2026-11-30"
 EXTRA_LIMIT = 1024
 DEMO_DAGS = sorted((HERE.parents[1] / "examples" / "dags").glob("asset_emit_*.py"))
-EXPECTED_DAGS = 17 + 4 * bool(DEMO_DAGS)
+EXPECTED_DAGS = 17 + 5 * bool(DEMO_DAGS)
 
 
 class EmitStack(Stack):

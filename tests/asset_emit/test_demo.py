@@ -87,3 +87,25 @@ def test_demo_failure_signal_starts_cleanup(stack):
     print(f"  signal event {signal['id']} extra={signal['extra']} source run={signal['source_run_id']}")
     for run in cleanup:
         print(f"  cleanup run {run['dag_run_id']} ({run['run_type']}) state={run['state']}")
+
+
+def test_demo_undeclared_emit_is_refused_and_publishes_nothing(stack):
+    """``asset_emit_undeclared`` emits to an asset its task does not declare: refused, nothing written."""
+    run_id = stack.trigger("asset_emit_undeclared")
+    assert stack.wait_run_finished("asset_emit_undeclared", run_id) == "success", stack.task_logs(
+        "asset_emit_undeclared", run_id
+    )
+    refusal = stack.rest(
+        "GET",
+        f"/dags/asset_emit_undeclared/dagRuns/{run_id}/taskInstances/inject_batch/xcomEntries/return_value",
+    ).json()["value"]
+    assert (refusal["status_code"], refusal["reason"]) == (403, "asset_not_declared")
+    assert refusal["message"].startswith(
+        "Asset 'demo_batch_ready' is not declared by task 'inject_batch' of Dag 'asset_emit_undeclared'"
+    )
+    assert [
+        e for e in stack.events("demo_batch_ready") if e["source_dag_id"] == "asset_emit_undeclared"
+    ] == []
+    assert [r for r in _runs(stack, "asset_emit_batch_consumer") if r["partition_key"] == "batch-9999"] == []
+    print("\n=== asset.emit() demo: declared publication ===")
+    print(f"  inject_batch refused: {refusal['message']}")

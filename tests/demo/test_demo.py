@@ -35,6 +35,16 @@ def test_demo_runs_the_examples_and_prints_the_summary() -> None:
     for n in range(1, 6):
         assert f"partition_key=batch-000{n} success" in out
     assert "cleanup run asset_triggered" in out
+    # Declared publication: a task emitting to an asset it does not declare is refused, nothing is written.
+    assert "demo_batch_ready.emit(partition_key='batch-9999') refused: 403 asset_not_declared" in out
+    assert (
+        "refusal: Asset 'demo_batch_ready' is not declared by task 'inject_batch' of Dag 'asset_emit_undeclared'"
+        in out
+    )
+    assert (
+        "events of demo_batch_ready from asset_emit_undeclared: none; consumer runs for batch-9999: none"
+        in out
+    )
     # Nothing it started is left running.
     import psutil
 
