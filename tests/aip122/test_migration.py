@@ -15,6 +15,7 @@ single ``ADD COLUMN ... DEFAULT 0 NOT NULL`` per table.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import shutil
 import sys
 from pathlib import Path
@@ -37,6 +38,16 @@ _REVISIONS = {
     "3.4": ("9f4bf13695f5", "cf95d8194a28", ("task_instance",)),
 }
 REVISION, DOWN_REVISION, TABLES = _REVISIONS[lines.LINE]
+#: retry-rules' storm guard table follows aip-122's migration (issue 36 §5), per line.
+GUARD_REVISION = {"3.3": "3b8d6f2a9c41", "3.4": "5e2a7c9d1b63"}[lines.LINE]
+GUARD_TABLE = "infra_retry_storm_guard"
+
+
+def _series_head() -> str:
+    """The installed series' migration head: aip-122's, or retry-rules' when that feature is in the build."""
+    from airflow.utils.db import _REVISION_HEADS_MAP
+
+    return _REVISION_HEADS_MAP["3.4.0"]
 # The live row of each task instance and its past tries, on either line.
 SOURCES = {"live": LIVE_TRIES, "past": PAST_TRIES}
 
@@ -90,7 +101,8 @@ def test_upgrade_and_downgrade_with_rows(backend, tmp_path):
         shutil.copy(HERE / "dags" / "aip122_mig_dag.py", env.dags_folder)
         env.airflow("dags", "test", "aip122_mig", timeout=180)
         head = _state(url)
-        assert head["revision"] == REVISION
+        assert head["revision"] == _series_head()
+        assert head["revision"] in (REVISION, GUARD_REVISION)
         assert len(head["rows"]["live"]) == 2
         assert len(head["rows"]["past"]) == 1  # flaky's first try
         assert head["counts"] == {"live": [0, 0], "past": [0]}
@@ -105,7 +117,7 @@ def test_upgrade_and_downgrade_with_rows(backend, tmp_path):
 
         env.airflow("db", "migrate", timeout=300)
         up = _state(url)
-        assert up["revision"] == REVISION
+        assert up["revision"] == head["revision"]
         assert up["rows"] == head["rows"]
         assert up["counts"] == head["counts"]
         for table in TABLES:
@@ -140,3 +152,59 @@ def test_postgresql_upgrade_sql_is_a_plain_add_column(tmp_path):
     assert "_alembic_tmp" not in out
     assert "INSERT INTO" not in out.upper()
     assert "UPDATE TASK_INSTANCE" not in out.upper()
+
+
+@pytest.mark.requires_feature("retry-rules")
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.timeout(240)
+def test_storm_guard_table_upgrade_and_downgrade_with_rows(backend, tmp_path):
+    """The storm guard's table (retry-rules, after aip-122's migration): down with rows and up again."""
+    from airflow.models.infra_retry_storm_guard import InfraRetryStormGuardState
+
+    with _database(backend, tmp_path, migrated_by=VENV) as url:
+        env = harness.AirflowEnv(VENV, tmp_path / "home", db_url=url)
+        shutil.copy(HERE / "dags" / "aip122_mig_dag.py", env.dags_folder)
+        env.airflow("dags", "test", "aip122_mig", timeout=180)
+        head = _state(url)
+        assert head["revision"] == GUARD_REVISION
+        engine = sa.create_engine(url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(
+                    InfraRetryStormGuardState.__table__.insert(),
+                    [
+                        {
+                            "executor": "CeleryExecutor",
+                            "queue": queue,
+                            "failures": [1764900000.5, 1764900001.25],
+                            "engaged": True,
+                            "next_release_at": None,
+                            "held": 2,
+                            "updated_at": datetime.datetime.now(datetime.UTC),
+                        }
+                        for queue in ("default", "spot pool #1")
+                    ],
+                )
+
+            env.airflow("db", "downgrade", "-r", REVISION, "-y", timeout=300)
+            down = _state(url)
+            assert down["revision"] == REVISION
+            assert GUARD_TABLE not in sa.inspect(engine).get_table_names()
+            assert down["rows"] == head["rows"]
+            assert down["counts"] == head["counts"]
+
+            env.airflow("db", "migrate", timeout=300)
+            up = _state(url)
+            assert up["revision"] == GUARD_REVISION
+            assert up["rows"] == head["rows"]
+            insp = sa.inspect(engine)
+            model = InfraRetryStormGuardState.__table__
+            columns = {c["name"]: c for c in insp.get_columns(GUARD_TABLE)}
+            assert set(columns) == set(model.columns.keys())
+            for column in model.columns:
+                assert columns[column.name]["nullable"] == column.nullable, column.name
+            assert insp.get_pk_constraint(GUARD_TABLE)["constrained_columns"] == ["executor", "queue"]
+            with engine.connect() as conn:
+                assert conn.execute(sa.text(f"SELECT count(*) FROM {GUARD_TABLE}")).scalar_one() == 0
+        finally:
+            engine.dispose()

@@ -223,19 +223,61 @@ def _guard(threshold: int, window: float, clock):
     )
 
 
+def _clear_guard_state(session) -> None:
+    from sqlalchemy import delete
+
+    from airflow.models.infra_retry_storm_guard import InfraRetryStormGuardState
+
+    session.execute(delete(InfraRetryStormGuardState))
+    session.commit()
+
+
 def test_the_guard_releases_the_queue_the_storm_used():
     clock = _Clock()
     guard = _guard(4, 20, clock)
-    for _ in range(6):
-        guard.plan("spot", 1.0).commit()
-    assert guard.is_engaged("spot")
-    clock.now += 5
-    guard.release_expired()
-    assert guard.is_engaged("spot")  # the failures are still in the window
-    clock.now += 16  # every failure has left the window
-    guard.release_expired()
-    assert guard.is_engaged("spot") is False
-    assert not guard.plan("spot", 1.0).held
+    with _db.session() as session:
+        _clear_guard_state(session)
+        for _ in range(6):
+            guard.plan("spot", 1.0).commit(session=session)
+        assert guard.is_engaged("spot", session=session)
+        clock.now += 5
+        guard.release_expired(session=session)
+        assert guard.is_engaged("spot", session=session)  # the failures are still in the window
+        clock.now += 16  # every failure has left the window
+        guard.release_expired(session=session)
+        assert guard.is_engaged("spot", session=session) is False
+        assert not guard.plan("spot", 1.0).commit(session=session).held
+
+
+def test_two_guards_share_the_state_on_postgresql():
+    """Two schedulers' guards of one executor, each on its own connection: one window, one slot sequence."""
+    import threading
+
+    clock = _Clock()
+    guards = [_guard(4, 20, clock), _guard(4, 20, clock)]
+    with _db.session() as session:
+        _clear_guard_state(session)
+    plans = []
+    lock = threading.Lock()
+
+    def fail(guard, n):
+        with _db.session() as session:
+            for _ in range(n):
+                plan = guard.plan("shared", 1.0).commit(session=session)
+                with lock:
+                    plans.append(plan)
+
+    threads = [threading.Thread(target=fail, args=(g, 10)) for g in guards]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # 20 failures counted together: engaged once, on the 4th, whichever guard recorded it.
+    assert sum(p.transition == "engaged" for p in plans) == 1
+    # The held retries' slots are one sequence 5 s apart, none handed out twice (the row lock).
+    starts = sorted(p.now + p.delay for p in plans if p.held)
+    assert len(starts) == 16
+    assert all(b - a == pytest.approx(5.0) for a, b in zip(starts, starts[1:]))
 
 
 #: Before issue 36 §5 the guard put the queue as it is in the metric tag and the log field.
@@ -266,11 +308,13 @@ def test_odd_queue_names_give_valid_metric_tags_and_one_log_field(queue, monkeyp
     try:
         clock = _Clock()
         guard = _guard(2, 10, clock)
-        for _ in range(2):
-            guard.plan(queue, 1.0).commit()
-        assert guard.is_engaged(queue)
-        clock.now += 11
-        guard.release_expired()
+        with _db.session() as session:
+            _clear_guard_state(session)
+            for _ in range(2):
+                guard.plan(queue, 1.0).commit(session=session)
+            assert guard.is_engaged(queue, session=session)
+            clock.now += 11
+            guard.release_expired(session=session)
     finally:
         logger.removeHandler(handler)
     assert len(tags) == 2, tags  # engaged, released

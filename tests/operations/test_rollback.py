@@ -4,7 +4,7 @@ Rollback from the patched build to vanilla Airflow, as docs/operations.md ("Roll
 On SQLite and PostgreSQL, from a database the patched build filled with every kind of patch-set
 state (``dags/ops_state.py``: a granted infrastructure retry with its history rows, a cap reached,
 an opt-out, causes from the executor, the task's code and its timeout, asset events with
-idempotency keys):
+idempotency keys, the storm guard's shared state):
 
 1. the downgrade run with the **vanilla** build fails with an error naming the revision it does not
    know, and changes nothing (bad input, docs "If you ran the downgrade with the vanilla image");
@@ -13,12 +13,13 @@ idempotency keys):
    the 3.4 line, where ``--to-version 3.4.0`` names the series' own head), leaves vanilla's head;
 3. vanilla Airflow of the line, installed from the pinned wheels in its own venv, accepts the
    database (``airflow db check-migrations``), keeps every Dag run, task instance (3.3: and history
-   row) and asset event, loses only the patch set's columns and table, reports the Dag that still
+   row) and asset event, loses only the patch set's columns and tables, reports the Dag that still
    passes ``max_infra_retries`` as an import error, and runs a new Dag run to success.
 """
 
 from __future__ import annotations
 
+import datetime
 import shutil
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,11 @@ from conftest import (
 import harness
 import lines
 
-#: What the downgrade drops: the patch set's columns and its table. Everything else stays.
+#: What the downgrade drops: the patch set's columns and its tables. Everything else stays.
 PATCH_COLUMNS = {"failure_cause", "failure_reason", "infra_retry_count"}
 PATCH_TABLE = "asset_event_idempotency_key"
+GUARD_TABLE = "infra_retry_storm_guard"  # retry-rules: the storm guard's state, shared by the schedulers
+PATCH_TABLES = {PATCH_TABLE, GUARD_TABLE}
 HISTORY = lines.LINE == lines.DEFAULT_LINE  # 3.3 keeps past tries in task_instance_history
 
 
@@ -96,6 +99,25 @@ def _state_present(url: str) -> None:
     assert len(harness.query(url, f"SELECT idempotency_key FROM {PATCH_TABLE}")) == 2
 
 
+def _guard_state(url: str) -> None:
+    """A storm guard engaged for a queue, as a storm leaves it (its rows are transient: written here)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {GUARD_TABLE} (executor, queue, failures, engaged, next_release_at, held, updated_at) "
+                    "VALUES ('CeleryExecutor', 'spot', '[1764900000.5, 1764900001.25]', :t, :now, 3, :now)"
+                ),
+                {"t": True, "now": datetime.datetime.now(datetime.UTC)},
+            )
+    finally:
+        engine.dispose()
+    assert len(harness.query(url, f"SELECT queue FROM {GUARD_TABLE}")) >= 1
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -109,6 +131,7 @@ def test_rollback_to_vanilla(backend: str, tmp_path: Path, vanilla_venv: Path, r
         else:
             build_patched_state(url, tmp_path / "home-patched")
         _state_present(url)
+        _guard_state(url)
         before = _kept(url)
         schema_before = _schema(url)
         assert _revision(url) == PATCHED_HEAD[lines.LINE]
@@ -132,11 +155,11 @@ def test_rollback_to_vanilla(backend: str, tmp_path: Path, vanilla_venv: Path, r
         patched.airflow(*ROLLBACK_COMMAND[lines.LINE], "-y", timeout=600)
         assert _revision(url) == VANILLA_HEAD[lines.LINE]
         schema = _schema(url)
-        assert PATCH_TABLE not in schema["tables"]
+        assert not PATCH_TABLES & schema["tables"]
         for table, columns in schema["columns"].items():
             assert not columns & PATCH_COLUMNS, (table, columns & PATCH_COLUMNS)
             assert columns == schema_before["columns"][table] - PATCH_COLUMNS
-        assert schema["tables"] == schema_before["tables"] - {PATCH_TABLE}
+        assert schema["tables"] == schema_before["tables"] - PATCH_TABLES
 
         # 3. Vanilla accepts the database and keeps every row.
         check = vanilla.airflow("db", "check-migrations", "--migration-wait-timeout", "30", timeout=120)

@@ -15,7 +15,12 @@ configured small for the test (8 failures in 8 s).
    reaches its cap; the storm ends, the guard releases by itself (one log line) and every task
    completes, each with exactly one infrastructure retry counted per try it lost.
 
-The test prints the tries started per minute of both runs.
+3. **With the guard and two schedulers** (``test_the_bound_holds_across_two_schedulers``): the
+   guard's state is in the metadata database, so the two schedulers engage it together (once, one
+   line between them), pace one queue at the same 8 per 8 s together -- not 8 per 8 s each -- and it
+   releases once; every task completes.
+
+The test prints the tries started per minute of each run.
 """
 
 from __future__ import annotations
@@ -87,20 +92,55 @@ def _states(stack, dag_id: str) -> dict[str, dict]:
     return {r["task_id"]: r for r in rows}
 
 
+def _guarded_storm(stack: Stack, dag_id: str, schedulers: list[str]):
+    """Run ``dag_id`` through a storm of STORM_SECONDS; wait until every task finished and the guard released."""
+    stack.trigger(dag_id)
+    stack.wait_for(lambda: _tries(stack, dag_id), timeout=120, what="the first guarded try")
+    storm_start = min(t["t"] for t in _tries(stack, dag_id))
+    time.sleep(max(0.0, storm_start + STORM_SECONDS - time.time()))
+    (stack.out / f"storm-{dag_id}").unlink()
+    storm_end = time.time()
+    done = stack.wait_for(
+        lambda: (
+            (s := _states(stack, dag_id))
+            and all(t["state"] in ("success", "failed") for t in s.values())
+            and len(s) == N_TASKS
+            and s
+        ),
+        timeout=300,
+        interval=1,
+        what="every guarded task finished",
+    )
+    logs = stack.wait_for(
+        lambda: (
+            (texts := [stack.log_text(name) or "" for name in schedulers])
+            and any("Infrastructure retry storm guard released" in text for text in texts)
+            and texts
+        ),
+        timeout=60,
+        what="the guard's release line",
+    )
+    return storm_start, storm_end, done, logs
+
+
 def test_storm_guard_bounds_the_tries_and_loses_no_budget(stack: Stack) -> None:
     # --- 1. Without the guard --------------------------------------------------------------
     dag_id = "storm_unguarded"
     (stack.out / f"storm-{dag_id}").touch()
     stack.start_component(
-        "scheduler", name="scheduler-unguarded", config={"AIRFLOW__SCHEDULER__INFRA_RETRY_STORM_THRESHOLD": "0"}
+        "scheduler",
+        name="scheduler-unguarded",
+        config={"AIRFLOW__SCHEDULER__INFRA_RETRY_STORM_THRESHOLD": "0"},
     )
     try:
         stack.trigger(dag_id)
         all_failed = stack.wait_for(
-            lambda: (s := _states(stack, dag_id))
-            and len(s) == N_TASKS
-            and all(t["state"] == "failed" for t in s.values())
-            and s,
+            lambda: (
+                (s := _states(stack, dag_id))
+                and len(s) == N_TASKS
+                and all(t["state"] == "failed" for t in s.values())
+                and s
+            ),
             timeout=240,
             interval=1,
             what="every unguarded task failed",
@@ -118,31 +158,12 @@ def test_storm_guard_bounds_the_tries_and_loses_no_budget(stack: Stack) -> None:
     flag = stack.out / f"storm-{dag_id}"
     flag.touch()
     stack.start_component(
-        "scheduler", name="scheduler-guarded", config={"AIRFLOW__SCHEDULER__INFRA_RETRY_STORM_THRESHOLD": str(THRESHOLD)}
+        "scheduler",
+        name="scheduler-guarded",
+        config={"AIRFLOW__SCHEDULER__INFRA_RETRY_STORM_THRESHOLD": str(THRESHOLD)},
     )
     try:
-        stack.trigger(dag_id)
-        stack.wait_for(lambda: _tries(stack, dag_id), timeout=120, what="the first guarded try")
-        storm_start = min(t["t"] for t in _tries(stack, dag_id))
-        time.sleep(max(0.0, storm_start + STORM_SECONDS - time.time()))
-        flag.unlink()
-        storm_end = time.time()
-        done = stack.wait_for(
-            lambda: (s := _states(stack, dag_id))
-            and all(t["state"] in ("success", "failed") for t in s.values())
-            and len(s) == N_TASKS
-            and s,
-            timeout=300,
-            interval=1,
-            what="every guarded task finished",
-        )
-        log = stack.wait_for(
-            lambda: (text := stack.log_text("scheduler-guarded"))
-            and "Infrastructure retry storm guard released" in text
-            and text,
-            timeout=60,
-            what="the guard's release line",
-        )
+        storm_start, storm_end, done, (log,) = _guarded_storm(stack, dag_id, ["scheduler-guarded"])
     finally:
         stack.stop("scheduler-guarded")
 
@@ -188,3 +209,50 @@ def test_storm_guard_bounds_the_tries_and_loses_no_budget(stack: Stack) -> None:
     for task_id, ti in done.items():
         assert ti["infra_retry_count"] == lost_by_task.get(task_id, 0) < CAP, (task_id, ti)
         assert ti["try_number"] == ti["infra_retry_count"] + 1
+
+
+def test_the_bound_holds_across_two_schedulers(stack: Stack) -> None:
+    """The guard's state is shared: two schedulers pace one queue at THRESHOLD per WINDOW together."""
+    dag_id = "storm_guarded_two_schedulers"
+    (stack.out / f"storm-{dag_id}").touch()
+    names = ["scheduler-ha-a", "scheduler-ha-b"]
+    for name in names:
+        stack.start_component(
+            "scheduler", name=name, config={"AIRFLOW__SCHEDULER__INFRA_RETRY_STORM_THRESHOLD": str(THRESHOLD)}
+        )
+    try:
+        storm_start, storm_end, done, logs = _guarded_storm(stack, dag_id, names)
+    finally:
+        for name in names:
+            stack.stop(name)
+
+    tries = _tries(stack, dag_id)
+    retries_in_storm = [t["t"] for t in tries if t["lost"] and t["try_number"] > 1 and t["t"] <= storm_end]
+    bound = STORM_SECONDS * THRESHOLD / WINDOW + THRESHOLD
+    grants = [len(re.findall(r"Infrastructure retry decision: infra_retry=granted", log)) for log in logs]
+    print(
+        f"\ntwo schedulers: retries during the guarded storm: {len(retries_in_storm)} (bound for the "
+        f"deployment {bound:g}; per scheduler, as before the state was shared: {2 * bound:g}); most in any "
+        f"{WINDOW:g} s window: {_max_in_window(retries_in_storm, WINDOW)}; grants per scheduler: {grants}"
+    )
+    # Both schedulers decided failures of the storm.
+    assert all(n > 0 for n in grants), grants
+    # Engaged and released once for the deployment, whichever scheduler found it.
+    engaged = [
+        m
+        for log in logs
+        for m in re.findall(r"Infrastructure retry storm guard engaged: executor=(\S+) queue=(\S+)", log)
+    ]
+    released = [
+        m
+        for log in logs
+        for m in re.findall(r"Infrastructure retry storm guard released: executor=(\S+) queue=(\S+)", log)
+    ]
+    assert engaged == [("storm_executor.StormExecutor", "default")]
+    assert released == [("storm_executor.StormExecutor", "default")]
+    assert any(re.search(r"held_for=[1-9]", log) for log in logs)
+    # The bound is the deployment's: the same as one scheduler's, not twice it.
+    assert len(retries_in_storm) <= bound, (len(retries_in_storm), bound)
+    # No budget lost.
+    assert {t["state"] for t in done.values()} == {"success"}
+    assert not any("infra_retry=denied" in log for log in logs)

@@ -141,6 +141,43 @@ def test_prepare_carries_undoes_and_stamps_then_is_a_no_op(up, tmp_path):
     assert _dump(url) == after
 
 
+def test_prepare_carries_and_drops_the_storm_guard_table(up, tmp_path):
+    """The series' 3.3 head since retry-rules keeps the storm guard's state in a table of its own."""
+    url = _db(tmp_path, "3b8d6f2a9c41", ours=True, idempotency=True)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE infra_retry_storm_guard (executor VARCHAR(250) NOT NULL, queue VARCHAR(256) NOT NULL, "
+            "failures JSON NOT NULL, engaged BOOLEAN NOT NULL, next_release_at TIMESTAMP, held INTEGER NOT NULL, "
+            "updated_at TIMESTAMP NOT NULL, CONSTRAINT infra_retry_storm_guard_pkey PRIMARY KEY (executor, queue))"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO infra_retry_storm_guard VALUES ('CeleryExecutor', 'spot', '[1.5]', 1, NULL, 2, "
+            "'2026-12-05 00:00:00')"
+        )
+    engine.dispose()
+    result = up.prepare(up.make_engine(url), out=lambda *_: None)
+    assert result["features"] == ["aip-122", "aip-97", "asset-emit", "retry-rules"]
+    assert result["counts"]["infra_retry_storm_guard"] == 1
+    after = _dump(url)
+    assert after["alembic_version"]["rows"] == [("d2f4e1b3c5a7",)]
+    assert "infra_retry_storm_guard" not in after
+    assert [r[:2] for r in after["patchset_upgrade_infra_retry_storm_guard"]["rows"]] == [("CeleryExecutor", "spot")]
+
+
+def test_the_storm_guard_table_without_its_revision_is_refused(up, tmp_path):
+    """aip-122's head with the storm guard's table is no series' state: refused, nothing changed."""
+    url = _db(tmp_path, "704a18c1acc7", ours=True, idempotency=True)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE infra_retry_storm_guard (executor VARCHAR(250), queue VARCHAR(256))")
+    engine.dispose()
+    before = _dump(url)
+    with pytest.raises(up.Refused, match="retry-rules"):
+        up.prepare(up.make_engine(url), out=lambda *_: None)
+    assert _dump(url) == before
+
+
 def test_a_failure_part_way_leaves_the_database_as_it_was(up, tmp_path, monkeypatch):
     url = _db(tmp_path, "704a18c1acc7", ours=True, idempotency=True)
     before = _dump(url)

@@ -8,7 +8,7 @@ from airflow.sdk import DAG, task
 
 N_TASKS = 40
 
-for dag_id in ("storm_unguarded", "storm_guarded"):
+for dag_id in ("storm_unguarded", "storm_guarded", "storm_guarded_two_schedulers"):
     with DAG(dag_id, schedule=None, start_date=datetime(2024, 1, 1), catchup=False, max_active_tasks=N_TASKS):
         for i in range(N_TASKS):
 
