@@ -115,8 +115,8 @@ def test_old_signature_override_keeps_working_with_a_cause():
 
 
 def test_invalid_cause_is_rejected():
-    with pytest.raises(ValueError, match="Invalid failure cause 'oom'"):
-        BaseExecutor().fail(KEY, failure_cause="oom")
+    with pytest.raises(ValueError, match="Invalid failure cause 'disk_full'"):
+        BaseExecutor().fail(KEY, failure_cause="disk_full")
 
 
 def test_reason_is_bounded_and_reason_alone_means_unknown():
