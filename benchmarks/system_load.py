@@ -235,14 +235,85 @@ def _start():
     threading.Thread(target=_writer, daemon=True, name="system-load-sql-count").start()
 
 
+def _where(code):
+    path = code.co_filename
+    path = path.split("site-packages/", 1)[-1]
+    return f"{path}:{code.co_name}"
+
+
+def _sample_scheduler():
+    """A CPU sampling profile of the scheduler's main thread (issue 39: py-spy is not available).
+
+    Every 10 ms, the main thread's CPU time since the last sample is put on the functions of its
+    stack (inclusive) and on the innermost one (self); written every 2 s.
+    """
+    import sys
+
+    main = threading.main_thread()
+    clock = time.pthread_getcpuclockid(main.ident)
+    inclusive, own, total = {}, {}, 0.0
+    last = time.clock_gettime(clock)
+    path = os.path.join(_OUT, f"profile-{os.getpid()}.json")
+    written = time.monotonic()
+    while True:
+        time.sleep(0.01)
+        now = time.clock_gettime(clock)
+        spent, last = now - last, now
+        frame = sys._current_frames().get(main.ident)
+        if frame is None or spent <= 0:
+            continue
+        total += spent
+        own[_where(frame.f_code)] = own.get(_where(frame.f_code), 0.0) + spent
+        seen = set()
+        while frame is not None:
+            seen.add(_where(frame.f_code))
+            frame = frame.f_back
+        for name in seen:
+            inclusive[name] = inclusive.get(name, 0.0) + spent
+        if time.monotonic() - written > 2:
+            written = time.monotonic()
+            with open(path + ".tmp", "w") as f:
+                json.dump({"total": total, "inclusive": inclusive, "self": own}, f)
+            os.replace(path + ".tmp", path)
+
+
 if _OUT:
+    import sys
+
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
     event.listen(Engine, "before_cursor_execute", _count)
     _start()
     os.register_at_fork(after_in_child=_start)
+    if os.environ.get("SYSTEM_LOAD_PROFILE") and sys.argv[1:2] == ["scheduler"]:
+        threading.Thread(target=_sample_scheduler, daemon=True, name="system-load-profile").start()
 '''
+
+
+def read_profile(sql_out: Path) -> dict[str, Any]:
+    """The scheduler's sampled CPU profile so far (``--profile-scheduler``), or an empty one."""
+    empty: dict[str, Any] = {"total": 0.0, "inclusive": {}, "self": {}}
+    found = sorted(sql_out.glob("profile-*.json"))
+    try:
+        return json.loads(found[-1].read_text()) if found else empty
+    except (OSError, ValueError):
+        return empty
+
+
+def profile_summary(before: dict[str, Any], after: dict[str, Any], top: int = 20) -> str:
+    """The functions with the most scheduler CPU between two profiles (inclusive, then self)."""
+    total = after["total"] - before["total"]
+
+    def delta(kind: str) -> list[tuple[str, float]]:
+        spent = {k: v - before[kind].get(k, 0.0) for k, v in after[kind].items()}
+        return sorted(spent.items(), key=lambda kv: -kv[1])[:top]
+
+    out = [f"scheduler main thread: {total:.1f} s CPU sampled under the load; inclusive seconds:"]
+    out += [f"  {v:7.2f} {100 * v / (total or 1):5.1f}%  {k}" for k, v in delta("inclusive")]
+    out.append("self seconds:")
+    out += [f"  {v:7.2f} {100 * v / (total or 1):5.1f}%  {k}" for k, v in delta("self")]
+    return "\n".join(out)
 
 
 def statement_counts(sql_out: Path, groups: dict[str, int]) -> dict[str, int]:
@@ -369,6 +440,8 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
             "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
             SQL_VAR: str(sql_out),
         }
+        if args.profile_scheduler:
+            config["SYSTEM_LOAD_PROFILE"] = "1"
         if patched:
             config["AIRFLOW__CORE__MAX_INFRA_RETRIES"] = "1"
         stack = harness.Stack(
@@ -387,12 +460,16 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
         dag_ids = [dag_id(d) for d in range(n_dags)]
         with stack:
             for k in (1, 2):
-                stack.start_worker(
-                    f"worker-{k}",
+                # Two workers in one AIRFLOW_HOME: each its own log-server port.
+                stack.start_component(
+                    "celery",
+                    "worker",
                     "--concurrency",
                     str(args.concurrency),
                     "--celery-hostname",
                     f"worker-{k}@system-load",
+                    name=f"worker-{k}",
+                    config={"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(harness.free_port())},
                 )
             stack.wait_parsed(*dag_ids, timeout=max(300, n_dags * 3))
             stack.wait_for(
@@ -407,6 +484,7 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
             sched = procs["scheduler"].pid
             with TreeSampler({"scheduler": sched, "api-server": procs["api-server"].pid}) as sampler:
                 cpu0 = cpu_seconds(sched)
+                profile0 = read_profile(sql_out)
                 sql0 = statement_counts(sql_out, groups)
                 pg0 = pg_counters(db)
                 statsd0 = len(statsd.lines)
@@ -431,6 +509,8 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
                 sql1 = statement_counts(sql_out, groups)
                 pg1 = pg_counters(db)
                 loop = loop_durations(statsd.lines[statsd0:])
+                if args.profile_scheduler:
+                    print(f"{label}: " + profile_summary(profile0, read_profile(sql_out)), flush=True)
             tis = stack.query(f"SELECT dag_id, task_id, state, try_number, end_date FROM {lines.LIVE_TRIES}")
             past = stack.query(f"SELECT count(*) AS n FROM {lines.PAST_TRIES}")[0]["n"]
             causes = (
@@ -546,6 +626,11 @@ def main() -> int:
         "--timeout", type=float, default=3600, help="seconds to wait for every Dag run to end"
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--profile-scheduler",
+        action="store_true",
+        help="sample the scheduler's main thread's CPU by function (adds a few %% CPU to both sides)",
+    )
     args = parser.parse_args()
     if args.scale:
         args.dags, args.tasks = 1000, 10
