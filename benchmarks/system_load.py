@@ -492,13 +492,9 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
                 for dag in dag_ids:
                     stack.trigger(dag)
                 triggered_s = time.time() - t0
+                ended = "SELECT count(*) AS n FROM dag_run WHERE state IN ('success', 'failed')"
                 stack.wait_for(
-                    lambda: (
-                        stack.query("SELECT count(*) AS n FROM dag_run WHERE state IN ('success', 'failed')")[
-                            0
-                        ]["n"]
-                        == n_dags
-                    ),
+                    lambda: stack.query(ended)[0]["n"] == n_dags,
                     timeout=args.timeout,
                     interval=1,
                     what=f"{label}: every Dag run ended",
