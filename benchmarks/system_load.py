@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import threading
@@ -406,10 +407,11 @@ def cpu_seconds(pid: int) -> float:
 
 
 def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank ``q``-th percentile of ``values`` (NaN if there are none)."""
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
 def loop_durations(lines_: list[str]) -> list[float]:
