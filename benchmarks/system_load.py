@@ -302,7 +302,7 @@ def read_profile(sql_out: Path) -> dict[str, Any]:
         return empty
 
 
-def profile_summary(before: dict[str, Any], after: dict[str, Any], top: int = 20) -> str:
+def profile_summary(before: dict[str, Any], after: dict[str, Any], top: int = 70) -> str:
     """The functions with the most scheduler CPU between two profiles (inclusive, then self)."""
     total = after["total"] - before["total"]
 
@@ -321,7 +321,7 @@ def statement_counts(sql_out: Path, groups: dict[str, int]) -> dict[str, int]:
     """Statements counted so far, by component (the process group it was started in)."""
     by_pgid = {pgid: name for name, pgid in groups.items()}
     totals: dict[str, int] = {}
-    for path in sql_out.glob("*.json"):
+    for path in sql_out.glob("[0-9]*.json"):  # not the profile-<pid>.json
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
