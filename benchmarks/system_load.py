@@ -1,0 +1,656 @@
+#!/usr/bin/env python
+# Licensed to the Apache Software Foundation (ASF) under one
+# or more contributor license agreements.  See the NOTICE file
+# distributed with this work for additional information
+# regarding copyright ownership.  The ASF licenses this file
+# to you under the Apache License, Version 2.0 (the
+# "License"); you may not use this file except in compliance
+# with the License.  You may obtain a copy of the License at
+#
+#   http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing,
+# software distributed under the License is distributed on an
+# "AS IS" BASIS, WITHOUT WARRANTIES OR CONDITIONS OF ANY
+# KIND, either express or implied.  See the License for the
+# specific language governing permissions and limitations
+# under the License.
+"""
+Benchmark (issue 39, part 1): the whole system under a mixed load, patched against unpatched.
+
+Each side is a real deployment started with ``tests/harness.py``'s ``Stack``: a PostgreSQL database
+of its own (cloned from the venv's migrated template), a private ``redis-server`` (Celery broker and
+result backend), the api-server, the Dag processor, the scheduler (CeleryExecutor) and two Celery
+workers (``--concurrency`` each, default 2).
+
+* patched: this checkout's venv (``sys.prefix``; e.g. ``/work/main/.venv``) with ``[core]
+  max_infra_retries = 1`` (AIP-122 on) and every other patch-set setting at its default.
+* unpatched: the line's unpatched release with every pinned provider
+  (``harness.unpatched_venv(providers=True)``).
+
+The load: ``--dags`` Dags (default 200) of ``--tasks`` short tasks each (default 10; ``--scale``:
+1,000 x 10 = 10,000 task instances). Every task has ``retries=1`` and ``retry_delay=5 s`` (upstream's
+300 s would make both sides' wall time a sleep). On the first try only, by the task instance's
+global index ``i`` (``bucket = i * 37 % 100``, a permutation of every 100 consecutive indices, so the
+failures spread over the Dags):
+
+* buckets 0-9 (10%) raise ``ValueError`` (cause ``application``) and are retried once;
+* buckets 10-11 (2%) time out (``execution_timeout=2 s``, the try sleeps 60 s; cause ``timeout``);
+* buckets 12-14 (3%) lose their worker: the task SIGKILLs its parent, the Celery pool child that runs
+  the task's supervisor, then itself (a pool child killed by the OOM killer, say). Celery reports the
+  task as ``WorkerLostError`` and the pool starts a new child. That is the lost try of a Celery
+  deployment that a worker *process* can show without killing the whole worker: the patched
+  executor records it as ``infra`` (the task process dies with its supervisor) and AIP-122 retries
+  it at once without spending ``retries``; upstream fails the try on Celery's failure result and
+  spends the retry after ``retry_delay``.
+
+Half the Dags (odd index) carry a retry policy. Both sides get
+``RetryRule(exception=ValueError, action=RETRY, retry_delay=5 s)`` (upstream's AIP-105 rule); the
+patched side also ``RetryRule(cause="infra", action=RETRY)`` and ``RetryRule(cause="timeout",
+action=RETRY, retry_delay=5 s)``, which only the patched Task SDK can import: the Dag files are
+written per side. None of these rules changes an outcome, so both sides do the same work; the
+patched side pays for evaluating them.
+
+The figures, per side, over the interval from the first trigger to the moment every Dag run has
+ended (polled every second):
+
+* wall time from the first trigger to the last task instance's ``end_date``; with the part of the
+  task instances that never lost a try (``rest``) apart from those that did (``lost``);
+* scheduler CPU seconds (user + system of the scheduler's process tree, psutil, reaped children
+  included);
+* SQL statements per task instance: every statement the Airflow processes send, counted by an
+  ``airflow_local_settings.py`` this benchmark puts in the deployment's ``config`` folder (a
+  SQLAlchemy ``before_cursor_execute`` listener; per component, read from the files it writes),
+  and PostgreSQL's own ``pg_stat_database`` deltas for the deployment's database (transactions and
+  tuples). ``pg_stat_statements`` would need ``shared_preload_libraries`` and a restart of the
+  shared server that ``.ci/services.sh`` sets up, which this benchmark does not do;
+* the scheduler loop's p50 and p99 (its StatsD timer ``scheduler.scheduler_loop_duration``, received
+  by ``harness.StatsdReceiver``; the loop's idle sleep is outside the timer);
+* peak RSS of the scheduler's and the api-server's process trees (sampled every second).
+
+The two sides run one after the other (``--order``), not at once: on a 2-core machine two
+deployments side by side would take CPU from each other and the CPU and loop figures would measure
+the contention. Run the two sides in both orders when the machine's load varies.
+
+Usage::
+
+    /work/main/.venv/bin/python benchmarks/system_load.py --dags 20 --tasks 10
+    .venv/bin/python benchmarks/system_load.py            # 200 x 10 = 2,000 task instances
+    .venv/bin/python benchmarks/system_load.py --scale    # 1,000 x 10 = 10,000 (a bigger machine)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+import harness  # noqa: E402
+
+import lines  # noqa: E402
+
+OUT_VAR = "SYSTEM_LOAD_OUT"
+SQL_VAR = "SYSTEM_LOAD_SQL_OUT"
+RETRY_DELAY_S = 5
+TIMEOUT_S = 2
+
+#: Targets of issue 39: patched / unpatched.
+TARGETS = {"scheduler_cpu_s": 1.05, "statements_per_ti": 1.05, "loop_p99_ms": 1.10}
+
+
+def kind(index: int) -> str:
+    """What the task instance with global index ``index`` does on its first try."""
+    bucket = index * 37 % 100
+    if bucket < 10:
+        return "raise"
+    if bucket < 12:
+        return "timeout"
+    if bucket < 15:
+        return "kill"
+    return "ok"
+
+
+_DAG_TEMPLATE = '''\
+"""Written by benchmarks/system_load.py ({side} side)."""
+import os
+import signal
+import time
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, task
+{policy_import}
+
+KINDS = {kinds!r}
+{policy}
+
+
+def work(kind, ti=None):
+    if ti.try_number != 1:
+        return
+    if kind == "raise":
+        raise ValueError("injected application failure")
+    if kind == "timeout":
+        time.sleep(60)
+    if kind == "kill":
+        # Lose the worker process: the Celery pool child running this task's supervisor, then this
+        # task process (as the pool child's death takes it along).
+        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+with DAG(
+    "{dag_id}",
+    schedule=None,
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    default_args={{"retries": 1, "retry_delay": timedelta(seconds={retry_delay})}},
+):
+    for n, k in enumerate(KINDS):
+        task(
+            task_id=f"t{{n:03d}}",
+            execution_timeout=timedelta(seconds={timeout}) if k == "timeout" else None,
+            retry_policy=POLICY,
+        )(work)(k)
+'''
+
+_POLICY_UNPATCHED = f"""
+POLICY = ExceptionRetryPolicy(
+    rules=[RetryRule(exception=ValueError, action=RetryAction.RETRY, retry_delay=timedelta(seconds={RETRY_DELAY_S}))]
+)"""
+
+_POLICY_PATCHED = f"""
+POLICY = ExceptionRetryPolicy(
+    rules=[
+        RetryRule(exception=ValueError, action=RetryAction.RETRY, retry_delay=timedelta(seconds={RETRY_DELAY_S})),
+        RetryRule(cause="infra", action=RetryAction.RETRY),
+        RetryRule(cause="timeout", action=RetryAction.RETRY, retry_delay=timedelta(seconds={RETRY_DELAY_S})),
+    ]
+)"""
+
+
+def dag_id(d: int) -> str:
+    return f"system_load_{d:04d}"
+
+
+def dag_file(d: int, tasks: int, patched: bool) -> str:
+    """Dag ``d``'s file for one side: ``tasks`` tasks, half the Dags (odd ``d``) with a retry policy."""
+    with_policy = d % 2 == 1
+    policy = (_POLICY_PATCHED if patched else _POLICY_UNPATCHED) if with_policy else "POLICY = None"
+    policy_import = (
+        "from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule"
+        if with_policy
+        else ""
+    )
+    return _DAG_TEMPLATE.format(
+        side="patched" if patched else "unpatched",
+        policy_import=policy_import,
+        kinds=[kind(d * tasks + n) for n in range(tasks)],
+        policy=policy,
+        dag_id=dag_id(d),
+        retry_delay=RETRY_DELAY_S,
+        timeout=TIMEOUT_S,
+    )
+
+
+#: ``$AIRFLOW_HOME/config/airflow_local_settings.py`` of both sides: counts every statement each
+#: Airflow process sends (a forked child counts its own) and writes the count, with the process
+#: group (each component is started in its own), to ``$SYSTEM_LOAD_SQL_OUT/<pid>.json``.
+LOCAL_SETTINGS = '''\
+"""Written by benchmarks/system_load.py: count the SQL statements of this process."""
+import json
+import os
+import threading
+import time
+
+_OUT = os.environ.get("SYSTEM_LOAD_SQL_OUT")
+_state = {"count": 0, "written": -1}
+
+
+def _count(*args, **kwargs):
+    _state["count"] += 1
+
+
+def _writer():
+    path = os.path.join(_OUT, f"{os.getpid()}.json")
+    while True:
+        time.sleep(0.5)
+        if _state["count"] != _state["written"]:
+            _state["written"] = _state["count"]
+            with open(path + ".tmp", "w") as f:
+                json.dump({"pid": os.getpid(), "pgid": os.getpgid(0), "statements": _state["count"]}, f)
+            os.replace(path + ".tmp", path)
+
+
+def _start():
+    _state["count"], _state["written"] = 0, 0
+    threading.Thread(target=_writer, daemon=True, name="system-load-sql-count").start()
+
+
+def _where(code):
+    path = code.co_filename
+    path = path.split("site-packages/", 1)[-1]
+    return f"{path}:{code.co_name}"
+
+
+def _sample_scheduler():
+    """A CPU sampling profile of the scheduler's main thread (issue 39: py-spy is not available).
+
+    Every 10 ms, the main thread's CPU time since the last sample is put on the functions of its
+    stack (inclusive) and on the innermost one (self); written every 2 s.
+    """
+    import sys
+
+    main = threading.main_thread()
+    clock = time.pthread_getcpuclockid(main.ident)
+    inclusive, own, total = {}, {}, 0.0
+    last = time.clock_gettime(clock)
+    path = os.path.join(_OUT, f"profile-{os.getpid()}.json")
+    written = time.monotonic()
+    while True:
+        time.sleep(0.01)
+        now = time.clock_gettime(clock)
+        spent, last = now - last, now
+        frame = sys._current_frames().get(main.ident)
+        if frame is None or spent <= 0:
+            continue
+        total += spent
+        own[_where(frame.f_code)] = own.get(_where(frame.f_code), 0.0) + spent
+        seen = set()
+        while frame is not None:
+            seen.add(_where(frame.f_code))
+            frame = frame.f_back
+        for name in seen:
+            inclusive[name] = inclusive.get(name, 0.0) + spent
+        if time.monotonic() - written > 2:
+            written = time.monotonic()
+            with open(path + ".tmp", "w") as f:
+                json.dump({"total": total, "inclusive": inclusive, "self": own}, f)
+            os.replace(path + ".tmp", path)
+
+
+if _OUT:
+    import sys
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    event.listen(Engine, "before_cursor_execute", _count)
+    _start()
+    os.register_at_fork(after_in_child=_start)
+    if os.environ.get("SYSTEM_LOAD_PROFILE") and sys.argv[1:2] == ["scheduler"]:
+        threading.Thread(target=_sample_scheduler, daemon=True, name="system-load-profile").start()
+'''
+
+
+def read_profile(sql_out: Path) -> dict[str, Any]:
+    """The scheduler's sampled CPU profile so far (``--profile-scheduler``), or an empty one."""
+    empty: dict[str, Any] = {"total": 0.0, "inclusive": {}, "self": {}}
+    found = sorted(sql_out.glob("profile-*.json"))
+    try:
+        return json.loads(found[-1].read_text()) if found else empty
+    except (OSError, ValueError):
+        return empty
+
+
+def profile_summary(before: dict[str, Any], after: dict[str, Any], top: int = 70) -> str:
+    """The functions with the most scheduler CPU between two profiles (inclusive, then self)."""
+    total = after["total"] - before["total"]
+
+    def delta(kind: str) -> list[tuple[str, float]]:
+        spent = {k: v - before[kind].get(k, 0.0) for k, v in after[kind].items()}
+        return sorted(spent.items(), key=lambda kv: -kv[1])[:top]
+
+    out = [f"scheduler main thread: {total:.1f} s CPU sampled under the load; inclusive seconds:"]
+    out += [f"  {v:7.2f} {100 * v / (total or 1):5.1f}%  {k}" for k, v in delta("inclusive")]
+    out.append("self seconds:")
+    out += [f"  {v:7.2f} {100 * v / (total or 1):5.1f}%  {k}" for k, v in delta("self")]
+    return "\n".join(out)
+
+
+def statement_counts(sql_out: Path, groups: dict[str, int]) -> dict[str, int]:
+    """Statements counted so far, by component (the process group it was started in)."""
+    by_pgid = {pgid: name for name, pgid in groups.items()}
+    totals: dict[str, int] = {}
+    for path in sql_out.glob("[0-9]*.json"):  # not the profile-<pid>.json
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        name = by_pgid.get(record["pgid"], "other")
+        totals[name] = totals.get(name, 0) + record["statements"]
+    return totals
+
+
+PG_COUNTERS = (
+    "xact_commit",
+    "xact_rollback",
+    "tup_returned",
+    "tup_fetched",
+    "tup_inserted",
+    "tup_updated",
+    "tup_deleted",
+)
+
+
+def pg_counters(db: str) -> dict[str, int]:
+    """``pg_stat_database``'s counters of one database (PostgreSQL flushes them about once a second)."""
+    row = harness.pg_admin_execute(
+        f"SELECT {', '.join(PG_COUNTERS)} FROM pg_stat_database WHERE datname = %s", (db,)
+    )[0]
+    return dict(zip(PG_COUNTERS, map(int, row)))
+
+
+class TreeSampler:
+    """Samples the summed RSS of a few process trees every second (peak kept), in a thread."""
+
+    def __init__(self, roots: dict[str, int]) -> None:
+        self.roots = roots
+        self.peak_rss = dict.fromkeys(roots, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def tree(pid: int) -> list:
+        import psutil
+
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            for name, pid in self.roots.items():
+                rss = 0
+                try:
+                    for proc in self.tree(pid):
+                        try:
+                            rss += proc.memory_info().rss
+                        except psutil.NoSuchProcess:
+                            pass
+                except psutil.NoSuchProcess:
+                    continue
+                self.peak_rss[name] = max(self.peak_rss[name], rss)
+            self._stop.wait(1.0)
+
+    def __enter__(self) -> TreeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process tree: the live processes and the children they have reaped."""
+    import psutil
+
+    total = 0.0
+    for proc in TreeSampler.tree(pid):
+        try:
+            t = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank ``q``-th percentile of ``values`` (NaN if there are none)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def loop_durations(lines_: list[str]) -> list[float]:
+    """The scheduler loop's durations (ms) in StatsD lines ``<prefix>.scheduler.scheduler_loop_duration:<v>|ms``."""
+    found = []
+    for line in lines_:
+        name, _, rest = line.partition(":")
+        if name.split(",")[0].endswith("scheduler.scheduler_loop_duration") and rest.endswith("|ms"):
+            found.append(float(rest[:-3]))
+    return found
+
+
+def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) -> dict[str, Any]:
+    """Deploy one side, run the load on it, return its figures."""
+    n_dags, n_tasks = args.dags, args.tasks
+    with TemporaryDirectory(prefix=f"system_load_{label}_") as tmp, harness.StatsdReceiver() as statsd:
+        home = Path(tmp) / "home"
+        sql_out = home / "sqlcount"
+        sql_out.mkdir(parents=True)
+        config = {
+            # Upstream's defaults but for quick Dag discovery and no periodic re-parse of the unchanged
+            # Dag files (its CPU would compete with the scheduler's on a small machine, both sides alike).
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            SQL_VAR: str(sql_out),
+        }
+        if args.profile_scheduler:
+            config["SYSTEM_LOAD_PROFILE"] = "1"
+        if patched:
+            config["AIRFLOW__CORE__MAX_INFRA_RETRIES"] = "1"
+        stack = harness.Stack(
+            f"t_sysload_{label}",
+            home,
+            venv=venv,
+            executor="CeleryExecutor",
+            tuned=False,
+            config=config,
+            out_var=OUT_VAR,
+        )
+        (home / "config").mkdir(exist_ok=True)
+        (home / "config" / "airflow_local_settings.py").write_text(LOCAL_SETTINGS)
+        for d in range(n_dags):
+            (stack.dags_folder / f"{dag_id(d)}.py").write_text(dag_file(d, n_tasks, patched))
+        dag_ids = [dag_id(d) for d in range(n_dags)]
+        with stack:
+            for k in (1, 2):
+                # Two workers in one AIRFLOW_HOME: each its own log-server port.
+                stack.start_component(
+                    "celery",
+                    "worker",
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--celery-hostname",
+                    f"worker-{k}@system-load",
+                    name=f"worker-{k}",
+                    config={"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(harness.free_port())},
+                )
+            stack.wait_parsed(*dag_ids, timeout=max(300, n_dags * 3))
+            stack.wait_for(
+                lambda: all("ready." in stack.log_text(f"worker-{k}") for k in (1, 2)),
+                timeout=180,
+                what=f"{label}: both Celery workers ready",
+            )
+            time.sleep(args.settle)
+            procs = stack.env.procs
+            groups = {name: proc.pid for name, proc in procs.items()}  # each its own process group
+            db = stack.db_url.rsplit("/", 1)[1]
+            sched = procs["scheduler"].pid
+            with TreeSampler({"scheduler": sched, "api-server": procs["api-server"].pid}) as sampler:
+                cpu0 = cpu_seconds(sched)
+                profile0 = read_profile(sql_out)
+                sql0 = statement_counts(sql_out, groups)
+                pg0 = pg_counters(db)
+                statsd0 = len(statsd.lines)
+                t0 = time.time()
+                for dag in dag_ids:
+                    stack.trigger(dag)
+                triggered_s = time.time() - t0
+                ended = "SELECT count(*) AS n FROM dag_run WHERE state IN ('success', 'failed')"
+                stack.wait_for(
+                    lambda: stack.query(ended)[0]["n"] == n_dags,
+                    timeout=args.timeout,
+                    interval=1,
+                    what=f"{label}: every Dag run ended",
+                )
+                t_done = time.time()
+                cpu1 = cpu_seconds(sched)
+                time.sleep(1.5)  # the last statement counts and PostgreSQL's statistics flush
+                sql1 = statement_counts(sql_out, groups)
+                pg1 = pg_counters(db)
+                loop = loop_durations(statsd.lines[statsd0:])
+                if args.profile_scheduler:
+                    print(f"{label}: " + profile_summary(profile0, read_profile(sql_out)), flush=True)
+            tis = stack.query(f"SELECT dag_id, task_id, state, try_number, end_date FROM {lines.LIVE_TRIES}")
+            past = stack.query(f"SELECT count(*) AS n FROM {lines.PAST_TRIES}")[0]["n"]
+            causes = (
+                stack.query(
+                    f"SELECT coalesce(failure_cause, 'none') AS cause, count(*) AS n FROM {lines.PAST_TRIES} "
+                    "GROUP BY 1 ORDER BY 1"
+                )
+                if patched
+                else []
+            )
+    n_tis = n_dags * n_tasks
+    ends = {(r["dag_id"], r["task_id"]): r["end_date"].timestamp() for r in tis if r["end_date"]}
+    lost = {
+        (dag_id(d), f"t{n:03d}")
+        for d in range(n_dags)
+        for n in range(n_tasks)
+        if kind(d * n_tasks + n) == "kill"
+    }
+    rest_end = max((t for key, t in ends.items() if key not in lost), default=t0)
+    lost_end = max((t for key, t in ends.items() if key in lost), default=t0)
+    statements = {name: sql1.get(name, 0) - sql0.get(name, 0) for name in sorted({*sql0, *sql1})}
+    pg = {key: pg1[key] - pg0[key] for key in PG_COUNTERS}
+    states: dict[str, int] = {}
+    for r in tis:
+        states[r["state"]] = states.get(r["state"], 0) + 1
+    return {
+        "label": label,
+        "tis": n_tis,
+        "tries": past + len(tis),
+        "states": states,
+        "causes": {r["cause"]: r["n"] for r in causes},
+        "triggered_s": triggered_s,
+        "wall_s": max(rest_end, lost_end) - t0,
+        "wall_rest_s": rest_end - t0,
+        "wall_lost_s": lost_end - t0,
+        "observed_s": t_done - t0,
+        "scheduler_cpu_s": cpu1 - cpu0,
+        "statements": statements,
+        "statements_per_ti": sum(statements.values()) / n_tis,
+        "scheduler_statements_per_ti": statements.get("scheduler", 0) / n_tis,
+        "api_statements_per_ti": statements.get("api-server", 0) / n_tis,
+        "xact_per_ti": (pg["xact_commit"] + pg["xact_rollback"]) / n_tis,
+        "tup_written_per_ti": (pg["tup_inserted"] + pg["tup_updated"] + pg["tup_deleted"]) / n_tis,
+        "tup_read_per_ti": (pg["tup_returned"] + pg["tup_fetched"]) / n_tis,
+        "loop_n": len(loop),
+        "loop_p50_ms": statistics.median(loop) if loop else float("nan"),
+        "loop_p99_ms": percentile(loop, 99),
+        "scheduler_peak_rss_mb": sampler.peak_rss["scheduler"] / 2**20,
+        "api_peak_rss_mb": sampler.peak_rss["api-server"] / 2**20,
+    }
+
+
+ROWS = [
+    ("wall_s", "wall time, first trigger to last task end (s)", "{:.1f}"),
+    ("wall_rest_s", "  ... to the last TI that never lost a try (s)", "{:.1f}"),
+    ("wall_lost_s", "  ... to the last TI that lost a try (s)", "{:.1f}"),
+    ("scheduler_cpu_s", "scheduler CPU (s)", "{:.1f}"),
+    ("statements_per_ti", "SQL statements per TI, all components", "{:.1f}"),
+    ("scheduler_statements_per_ti", "  ... of the scheduler", "{:.1f}"),
+    ("api_statements_per_ti", "  ... of the api-server", "{:.1f}"),
+    ("xact_per_ti", "PostgreSQL transactions per TI", "{:.1f}"),
+    ("tup_written_per_ti", "PostgreSQL tuples written per TI", "{:.1f}"),
+    ("tup_read_per_ti", "PostgreSQL tuples read per TI", "{:.0f}"),
+    ("loop_p50_ms", "scheduler loop p50 (ms)", "{:.1f}"),
+    ("loop_p99_ms", "scheduler loop p99 (ms)", "{:.1f}"),
+    ("scheduler_peak_rss_mb", "scheduler peak RSS (MiB)", "{:.0f}"),
+    ("api_peak_rss_mb", "api-server peak RSS (MiB)", "{:.0f}"),
+]
+
+
+def report(results: dict[str, dict[str, Any]]) -> None:
+    sides = [s for s in ("patched", "unpatched") if s in results]
+    for side in sides:
+        r = results[side]
+        print(
+            f"{side}: {r['tis']} TIs, {r['tries']} tries, final states {r['states']}, triggered in "
+            f"{r['triggered_s']:.1f} s, {r['loop_n']} scheduler loops; statements by component "
+            f"{r['statements']}" + (f"; past tries by cause {r['causes']}" if r["causes"] else ""),
+            flush=True,
+        )
+    header = f"{'figure':50s}" + "".join(f"{s:>11s}" for s in sides)
+    if len(sides) == 2:
+        header += f"{'ratio':>8s}  target"
+    print(header)
+    for key, text, fmt in ROWS:
+        line = f"{text:50s}" + "".join(f"{fmt.format(results[s][key]):>11s}" for s in sides)
+        if len(sides) == 2:
+            base = results["unpatched"][key]
+            ratio = results["patched"][key] / base if base else float("nan")
+            target = TARGETS.get(key)
+            verdict = f"  <= {target:.2f} {'met' if ratio <= target else 'MISSED'}" if target else ""
+            line += f"{ratio:8.2f}{verdict}"
+        print(line, flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dags", type=int, default=200)
+    parser.add_argument("--tasks", type=int, default=10, help="tasks per Dag")
+    parser.add_argument("--scale", action="store_true", help="1,000 Dags x 10 tasks = 10,000 task instances")
+    parser.add_argument(
+        "--concurrency", type=int, default=2, help="task slots per Celery worker (two workers)"
+    )
+    parser.add_argument("--order", choices=("patched-first", "unpatched-first"), default="patched-first")
+    parser.add_argument("--skip-unpatched", action="store_true")
+    parser.add_argument("--skip-patched", action="store_true")
+    parser.add_argument(
+        "--settle", type=float, default=10, help="seconds to let the deployment idle before the load"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=3600, help="seconds to wait for every Dag run to end"
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--profile-scheduler",
+        action="store_true",
+        help="sample the scheduler's main thread's CPU by function (adds a few %% CPU to both sides)",
+    )
+    args = parser.parse_args()
+    if args.scale:
+        args.dags, args.tasks = 1000, 10
+    if not harness.pg_available():
+        print(harness.PG_UNREACHABLE, file=sys.stderr)
+        return 1
+    sides = [("patched", Path(sys.prefix), True), ("unpatched", None, False)]
+    if args.order == "unpatched-first":
+        sides.reverse()
+    results: dict[str, dict[str, Any]] = {}
+    for label, venv, patched in sides:
+        if (patched and args.skip_patched) or (not patched and args.skip_unpatched):
+            continue
+        venv = venv or harness.unpatched_venv(providers=True)
+        started = time.time()
+        results[label] = run_side(label, venv, patched, args)
+        print(f"{label}: side done in {time.time() - started:.0f} s", flush=True)
+    report(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
