@@ -156,11 +156,11 @@ def test_oom_retry_escalates_to_highmem_and_succeeds(deployment):
     run_id = run_to_end(dep, "oom_escalate", timeout=420)
 
     tries = dep.tries("oom_escalate", run_id, "allocate_1gib")
-    assert [(t["try_number"], t["state"], t["failure_cause"]) for t in tries] == [
-        (1, "failed", "oom"),
-        (2, "success", None),
-    ]
+    assert [(t["try_number"], t["failure_cause"]) for t in tries] == [(1, "oom"), (2, None)], tries
     try1, try2 = tries
+    # The archived try reads failed (3.3's task_instance_history; up_for_retry where a line keeps the state it left with).
+    assert try1["state"] in ("failed", "up_for_retry"), try1
+    assert try2["state"] == "success", try2
     assert OOM_REASON.match(try1["failure_reason"]), try1["failure_reason"]
     assert (try1["queue"], try1["hostname"]) == ("default", "worker-default")
     # The rule sent the next try to the highmem queue, whose worker has the memory.
