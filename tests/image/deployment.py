@@ -133,9 +133,12 @@ class Deployment:
         ``memory`` is the container's memory limit (``--memory``, e.g. ``512m``), swap included.
         """
         name = self.container(component)
+        # In the deployment's home: the container's monitor (podman's conmon) writes a file named
+        # ``oom`` into its working directory when the kernel OOM-kills a process in the container.
         self.engine.run(
             "run", "--detach", "--name", name, *self._run_args(component, hostname, env or {}, memory),
             self.image, *(command or (component,)),
+            cwd=self.home,
         )
         self.containers.append(name)
         return name
@@ -178,7 +181,7 @@ class Deployment:
     def restart(self, component: str) -> float:
         """``start`` the stopped container again: same name, host name and settings, a new process."""
         started = time.time()
-        self.engine.run("start", self.container(component))
+        self.engine.run("start", self.container(component), cwd=self.home)  # see start()
         return started
 
     def logs(self, component: str, tail: int = 200) -> str:
