@@ -169,8 +169,9 @@ def main() -> None:
                 interval=2,
                 what=f"{args.tasks} task instances finished",
             )
+            # (no column but state: 3.4's task_instance names the map index differently)
             failed = stack.query(
-                "SELECT map_index FROM task_instance WHERE dag_id = %(d)s AND state = 'failed'", d=DAG_ID
+                "SELECT state FROM task_instance WHERE dag_id = %(d)s AND state = 'failed'", d=DAG_ID
             )
         records = [r for path in sorted(stack.out.glob("times-*.jsonl")) for r in harness.read_jsonl(path)]
 
