@@ -45,6 +45,17 @@ def test_demo_runs_the_examples_and_prints_the_summary() -> None:
         "events of demo_batch_ready from asset_emit_undeclared: none; consumer runs for batch-9999: none"
         in out
     )
+    # Out of memory (issue 37): the counter the supervisor reads, a SIGKILL that is not oom, a
+    # MemoryError that is application; an OOM kill only where the worker has a memory limit of its own
+    # (tests/image/test_oom_local_e2e.py runs the same Dag in a container with one).
+    assert "memory cgroup the supervisor reads: /sys/fs/cgroup/" in out
+    assert (
+        "killed_by_sigkill       try 1: failed   cause=unknown     reason=Task process was killed by SIGKILL (9) "
+        "before it reported a state. Not the kernel's OOM killer: the memory cgroup's oom_kill counter did not rise"
+    ) in out
+    assert "raises_memory_error     try 1: failed   cause=application reason=MemoryError: cannot" in out
+    oom_shown = "allocate_past_the_limit try 1: failed   cause=oom         reason=OOM-killed: memory cgroup"
+    assert "no OOM kill shown on this machine: " in out or oom_shown in out
     # Nothing it started is left running.
     import psutil
 

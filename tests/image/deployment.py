@@ -83,7 +83,9 @@ class Deployment:
         self.containers: list[str] = []
 
     # --- containers -----------------------------------------------------------------------------
-    def _run_args(self, component: str, hostname: str | None, env: dict[str, str]) -> list[str]:
+    def _run_args(
+        self, component: str, hostname: str | None, env: dict[str, str], memory: str | None = None
+    ) -> list[str]:
         args = [
             "--network=host",
             "--label",
@@ -97,6 +99,9 @@ class Deployment:
         ]
         if hostname:
             args += ["--hostname", hostname]
+        if memory:
+            # The container's memory limit, with no swap above it (the kernel OOM-kills at the limit).
+            args += ["--memory", memory, "--memory-swap", memory]
         for key, value in {**self.env, **env}.items():
             args += ["--env", f"{key}={value}"]
         return args
@@ -115,28 +120,56 @@ class Deployment:
     def migrate(self) -> None:
         self.run("db", "migrate", timeout=600)
 
-    def start(self, component: str, *command: str, hostname: str | None = None, env: dict[str, str] | None = None) -> str:
-        """Start ``airflow <command or component>`` detached in a container named after the component."""
+    def start(
+        self,
+        component: str,
+        *command: str,
+        hostname: str | None = None,
+        env: dict[str, str] | None = None,
+        memory: str | None = None,
+    ) -> str:
+        """Start ``airflow <command or component>`` detached in a container named after the component.
+
+        ``memory`` is the container's memory limit (``--memory``, e.g. ``512m``), swap included.
+        """
         name = self.container(component)
+        # In the deployment's home: the container's monitor (podman's conmon) writes a file named
+        # ``oom`` into its working directory when the kernel OOM-kills a process in the container.
         self.engine.run(
-            "run", "--detach", "--name", name, *self._run_args(component, hostname, env or {}),
+            "run", "--detach", "--name", name, *self._run_args(component, hostname, env or {}, memory),
             self.image, *(command or (component,)),
+            cwd=self.home,
         )
         self.containers.append(name)
         return name
 
-    def start_worker(self, hostname: str, *, queues: str = "default", concurrency: int = 2) -> str:
+    def start_worker(
+        self, hostname: str, *, queues: str = "default", concurrency: int = 2, memory: str | None = None
+    ) -> str:
         """A Celery worker in its own container, with the container's host name as its node name.
 
         Like a deployment's, its entrypoint waits for the database (``airflow db check``) first, and
-        its log server has a port of its own (the host network is shared).
+        its log server has a port of its own (the host network is shared). ``memory``: as ``start``'s.
         """
         return self.start(
             hostname,
             "celery", "worker", "--queues", queues, "--concurrency", str(concurrency),
             hostname=hostname,
             env={"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()), "CONNECTION_CHECK_MAX_COUNT": "20"},
+            memory=memory,
         )
+
+    def exec(self, component: str, *command: str, timeout: float = 60) -> str:
+        """Run ``command`` inside the running container of ``component``; its output."""
+        proc = self.engine.run("exec", self.container(component), *command, check=False, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"exec {' '.join(command)} in {component} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        return proc.stdout
+
+    def running(self, component: str) -> bool:
+        """Whether the container of ``component`` is running (the engine's ``State.Running``)."""
+        proc = self.engine.run("inspect", "--format", "{{.State.Running}}", self.container(component), check=False)
+        return proc.stdout.strip() == "true"
 
     def kill(self, component: str) -> float:
         """SIGKILL the container (its init, so every process in it); return when it has stopped."""
@@ -148,7 +181,7 @@ class Deployment:
     def restart(self, component: str) -> float:
         """``start`` the stopped container again: same name, host name and settings, a new process."""
         started = time.time()
-        self.engine.run("start", self.container(component))
+        self.engine.run("start", self.container(component), cwd=self.home)  # see start()
         return started
 
     def logs(self, component: str, tail: int = 200) -> str:

@@ -42,7 +42,8 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def test_a_real_oom_kill_is_oom_and_kill_9_is_not(engine, patched):
+def test_a_real_oom_kill_is_oom_and_kill_9_is_not(engine, patched, tmp_path):
+    # In tmp_path: podman's conmon writes a file named ``oom`` into its working directory on an OOM kill.
     proc = engine.run(
         "run",
         "--rm",
@@ -58,6 +59,7 @@ def test_a_real_oom_kill_is_oom_and_kill_9_is_not(engine, patched):
         SCRIPT,
         check=False,
         timeout=600,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (line,) = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]

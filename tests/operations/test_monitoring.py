@@ -56,6 +56,7 @@ ALERTS = (
     "AirflowInfraRetryCapReached",
     "AirflowInfraRetryStorm",
     "AirflowInfraRetryGuardEngaged",
+    "AirflowOOMKillSurge",
 )
 
 #: Grafana's variables, as the evaluation sets them: a short range (the stack ran for a minute or
@@ -117,7 +118,7 @@ def _first_sample_blind(rules: str) -> str:
         r"increase(\g<x>[\g<w>])",
         rules,
     )
-    assert count == 5, count
+    assert count == 7, count
     return blind
 
 
@@ -137,6 +138,7 @@ def test_rule_unit_tests_count_a_series_first_sample(tmp_path: Path) -> None:
         ("AirflowInfraRetryCapReached", "27m"),
         ("AirflowInfraRetryStorm", "21m"),
         ("AirflowInfraRetryGuardEngaged", "21m"),
+        ("AirflowOOMKillSurge", "27m"),
     }, proc.stdout
 
 
@@ -451,6 +453,17 @@ EVENTS: list[tuple[str, dict[str, str], int]] = [
         },
         2,
     ),
+    (
+        "ti.failure_cause",
+        {
+            "dag_id": "etl",
+            "task_id": "transform",
+            "failure_cause": "oom",
+            "retry_rule": "none",
+            "retry_rule_action": "none",
+        },
+        1,
+    ),
     ("ti.infra_retry.granted", {"dag_id": "etl", "task_id": "load", "reason": "granted"}, 2),
     ("ti.infra_retry.denied", {"dag_id": "etl", "task_id": "load", "reason": "cap_reached"}, 1),
     ("ti.infra_retry.denied", {"dag_id": "etl", "task_id": "extract", "reason": "retry_rule"}, 1),
@@ -546,7 +559,8 @@ def test_both_metric_names_map_to_the_series_the_dashboard_reads() -> None:
     # Plain StatsD: no labels, but the legacy name still carries the cause.
     plain = _mapped(_airflow_lines(legacy_names_on=True, tags=False))
     assert plain[("airflow_ti_failures_by_cause_total", (("failure_cause", "infra"),))] == 3
-    assert plain[("airflow_ti_failure_cause_total", ())] == 5
+    assert plain[("airflow_ti_failures_by_cause_total", (("failure_cause", "oom"),))] == 1
+    assert plain[("airflow_ti_failure_cause_total", ())] == 6
 
 
 @pytest.mark.e2e
@@ -573,9 +587,10 @@ def test_panels_and_alerts_read_either_metric_name(tmp_path: Path) -> None:
     assert tagged == new_only
     for title, series in tagged.items():
         assert series, f"{title} found nothing"
-    causes = [(("failure_cause", "application"),), (("failure_cause", "infra"),)]
+    causes = [(("failure_cause", "application"),), (("failure_cause", "infra"),), (("failure_cause", "oom"),)]
     assert tagged["Task failures by cause"] == plain["Task failures by cause"] == causes
-    assert plain["AirflowInfraFailureSpike"] == [()]
+    assert plain["AirflowInfraFailureSpike"] == plain["AirflowOOMKillSurge"] == [()]
+    assert tagged["Tries OOM-killed (cause oom), by Dag"] == [(("dag_id", "etl"),)]
 
 
 @pytest.mark.e2e
