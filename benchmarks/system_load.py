@@ -68,6 +68,19 @@ ended (polled every second):
   by ``harness.StatsdReceiver``; the loop's idle sleep is outside the timer);
 * peak RSS of the scheduler's and the api-server's process trees (sampled every second).
 
+Finding where the cost goes:
+
+* ``--detail``: per side, PostgreSQL's per-table and per-index scan counters over the load
+  (``pg_stat_user_tables`` / ``pg_stat_user_indexes`` deltas: which relation the tuples are read
+  from), and per component the statements whose counts differ most between the sides (the counting
+  listener also keys each statement by its text);
+* ``--explain``: every statement's plan with its actual rows in the PostgreSQL server's log
+  (``auto_explain``, loaded per connection through ``PGOPTIONS``, so for this deployment only; it
+  slows both sides alike);
+* ``--py-spy DIR``: a py-spy sampling profile (50 Hz, collapsed stacks) of the scheduler under the
+  load, ``DIR/<side>.txt`` (py-spy must be installed in the venv that runs this script);
+* ``--profile-scheduler``: the in-process CPU sampler below (no py-spy needed).
+
 The two sides run one after the other (``--order``), not at once: on a 2-core machine two
 deployments side by side would take CPU from each other and the CPU and loop figures would measure
 the contention. Run the two sides in both orders when the machine's load varies.
@@ -213,11 +226,13 @@ import threading
 import time
 
 _OUT = os.environ.get("SYSTEM_LOAD_SQL_OUT")
-_state = {"count": 0, "written": -1}
+_state = {"count": 0, "written": -1, "by_statement": {}}
 
 
-def _count(*args, **kwargs):
+def _count(conn, cursor, statement, parameters, context, executemany):
     _state["count"] += 1
+    key = " ".join(statement.split())[:400]
+    _state["by_statement"][key] = _state["by_statement"].get(key, 0) + 1
 
 
 def _writer():
@@ -227,12 +242,20 @@ def _writer():
         if _state["count"] != _state["written"]:
             _state["written"] = _state["count"]
             with open(path + ".tmp", "w") as f:
-                json.dump({"pid": os.getpid(), "pgid": os.getpgid(0), "statements": _state["count"]}, f)
+                json.dump(
+                    {
+                        "pid": os.getpid(),
+                        "pgid": os.getpgid(0),
+                        "statements": _state["count"],
+                        "by_statement": dict(_state["by_statement"]),
+                    },
+                    f,
+                )
             os.replace(path + ".tmp", path)
 
 
 def _start():
-    _state["count"], _state["written"] = 0, 0
+    _state["count"], _state["written"], _state["by_statement"] = 0, 0, {}
     threading.Thread(target=_writer, daemon=True, name="system-load-sql-count").start()
 
 
@@ -329,6 +352,62 @@ def statement_counts(sql_out: Path, groups: dict[str, int]) -> dict[str, int]:
         name = by_pgid.get(record["pgid"], "other")
         totals[name] = totals.get(name, 0) + record["statements"]
     return totals
+
+
+def statements_by_text(sql_out: Path, groups: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Statements counted so far, by component and by statement text (whitespace collapsed, cut at 400)."""
+    by_pgid = {pgid: name for name, pgid in groups.items()}
+    totals: dict[str, dict[str, int]] = {}
+    for path in sql_out.glob("[0-9]*.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        into = totals.setdefault(by_pgid.get(record["pgid"], "other"), {})
+        for text, n in record.get("by_statement", {}).items():
+            into[text] = into.get(text, 0) + n
+    return totals
+
+
+def pg_relation_stats(db: str) -> dict[str, dict[str, int]]:
+    """Per-table and per-index scan counters of one database (``pg_stat_user_tables``/``_indexes``)."""
+    import psycopg2
+
+    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", password="postgres", dbname=db)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT relname, coalesce(seq_scan, 0), coalesce(seq_tup_read, 0), coalesce(idx_scan, 0), "
+                "coalesce(idx_tup_fetch, 0), n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables"
+            )
+            out = {
+                f"table {r[0]}": dict(
+                    zip(("seq_scan", "seq_tup_read", "idx_scan", "idx_tup_fetch", "written"), r[1:])
+                )
+                for r in cur.fetchall()
+            }
+            cur.execute(
+                "SELECT relname || '.' || indexrelname, idx_scan, idx_tup_read, idx_tup_fetch FROM pg_stat_user_indexes"
+            )
+            out.update(
+                {
+                    f"index {r[0]}": dict(zip(("idx_scan", "idx_tup_read", "idx_tup_fetch"), r[1:]))
+                    for r in cur.fetchall()
+                }
+            )
+            return out
+    finally:
+        conn.close()
+
+
+def stats_delta(
+    before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
+    return {
+        name: {k: v - before.get(name, {}).get(k, 0) for k, v in counters.items()}
+        for name, counters in after.items()
+    }
 
 
 PG_COUNTERS = (
@@ -444,6 +523,13 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
         }
         if args.profile_scheduler:
             config["SYSTEM_LOAD_PROFILE"] = "1"
+        if args.explain:
+            # Every statement's plan with its actual rows, in the PostgreSQL server's log (a debugging
+            # aid: it slows both sides down alike). Set per connection, for this deployment only.
+            config["PGOPTIONS"] = (
+                "-c session_preload_libraries=auto_explain -c auto_explain.log_min_duration=0 "
+                "-c auto_explain.log_analyze=on -c auto_explain.log_timing=off"
+            )
         if patched:
             config["AIRFLOW__CORE__MAX_INFRA_RETRIES"] = "1"
         stack = harness.Stack(
@@ -484,11 +570,36 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
             groups = {name: proc.pid for name, proc in procs.items()}  # each its own process group
             db = stack.db_url.rsplit("/", 1)[1]
             sched = procs["scheduler"].pid
+            spy = None
+            if args.py_spy:
+                import subprocess
+
+                # A sampling profile of the scheduler's Python threads (py-spy, from outside), as a
+                # speedscope/flamegraph file; --idle left off: only the samples that are running.
+                spy = subprocess.Popen(
+                    [
+                        str(Path(sys.executable).with_name("py-spy")),
+                        "record",
+                        "--pid",
+                        str(sched),
+                        "--rate",
+                        "50",
+                        "--format",
+                        "raw",
+                        "--output",
+                        str(args.py_spy / f"{label}.txt"),
+                        "--nonblocking",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             with TreeSampler({"scheduler": sched, "api-server": procs["api-server"].pid}) as sampler:
                 cpu0 = cpu_seconds(sched)
                 profile0 = read_profile(sql_out)
                 sql0 = statement_counts(sql_out, groups)
                 pg0 = pg_counters(db)
+                rel0 = pg_relation_stats(db)
+                text0 = statements_by_text(sql_out, groups)
                 statsd0 = len(statsd.lines)
                 t0 = time.time()
                 for dag in dag_ids:
@@ -506,9 +617,16 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
                 time.sleep(1.5)  # the last statement counts and PostgreSQL's statistics flush
                 sql1 = statement_counts(sql_out, groups)
                 pg1 = pg_counters(db)
+                rel1 = pg_relation_stats(db)
+                text1 = statements_by_text(sql_out, groups)
                 loop = loop_durations(statsd.lines[statsd0:])
                 if args.profile_scheduler:
                     print(f"{label}: " + profile_summary(profile0, read_profile(sql_out)), flush=True)
+                if spy is not None:
+                    import signal
+
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait(timeout=60)
             tis = stack.query(f"SELECT dag_id, task_id, state, try_number, end_date FROM {lines.LIVE_TRIES}")
             past = stack.query(f"SELECT count(*) AS n FROM {lines.PAST_TRIES}")[0]["n"]
             causes = (
@@ -534,8 +652,14 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
     states: dict[str, int] = {}
     for r in tis:
         states[r["state"]] = states.get(r["state"], 0) + 1
+    by_text = {
+        comp: {t: n - text0.get(comp, {}).get(t, 0) for t, n in texts.items()}
+        for comp, texts in text1.items()
+    }
     return {
         "label": label,
+        "relations": stats_delta(rel0, rel1),
+        "by_statement": by_text,
         "tis": n_tis,
         "tries": past + len(tis),
         "states": states,
@@ -554,6 +678,8 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
         "tup_written_per_ti": (pg["tup_inserted"] + pg["tup_updated"] + pg["tup_deleted"]) / n_tis,
         "tup_read_per_ti": (pg["tup_returned"] + pg["tup_fetched"]) / n_tis,
         "loop_n": len(loop),
+        "scheduler_statements_per_loop": statements.get("scheduler", 0) / max(1, len(loop)),
+        "scheduler_cpu_ms_per_loop": 1000 * (cpu1 - cpu0) / max(1, len(loop)),
         "loop_p50_ms": statistics.median(loop) if loop else float("nan"),
         "loop_p99_ms": percentile(loop, 99),
         "scheduler_peak_rss_mb": sampler.peak_rss["scheduler"] / 2**20,
@@ -572,6 +698,9 @@ ROWS = [
     ("xact_per_ti", "PostgreSQL transactions per TI", "{:.1f}"),
     ("tup_written_per_ti", "PostgreSQL tuples written per TI", "{:.1f}"),
     ("tup_read_per_ti", "PostgreSQL tuples read per TI", "{:.0f}"),
+    ("loop_n", "scheduler loops", "{:.0f}"),
+    ("scheduler_statements_per_loop", "  scheduler statements per loop", "{:.1f}"),
+    ("scheduler_cpu_ms_per_loop", "  scheduler CPU per loop (ms)", "{:.1f}"),
     ("loop_p50_ms", "scheduler loop p50 (ms)", "{:.1f}"),
     ("loop_p99_ms", "scheduler loop p99 (ms)", "{:.1f}"),
     ("scheduler_peak_rss_mb", "scheduler peak RSS (MiB)", "{:.0f}"),
@@ -604,6 +733,34 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         print(line, flush=True)
 
 
+def detail_report(results: dict[str, dict[str, Any]], top: int = 15) -> None:
+    """Where the reads and the statements go: per-relation tuple reads, and the scheduler's statements
+    whose counts differ most between the sides (``--detail``)."""
+    sides = [s for s in ("patched", "unpatched") if s in results]
+    for side in sides:
+        rel = results[side]["relations"]
+        reads = sorted(
+            rel.items(),
+            key=lambda kv: (
+                -(kv[1].get("idx_tup_fetch", 0) + kv[1].get("seq_tup_read", 0) + kv[1].get("idx_tup_read", 0))
+            ),
+        )[: 2 * top]
+        print(f"{side}: relations by tuples read (delta over the load)")
+        for name, c in reads:
+            print(f"  {name:70s} {json.dumps(c)}")
+    comps = sorted({c for side in sides for c in results[side]["by_statement"]})
+    for comp in comps:
+        texts = {t for side in sides for t in results[side]["by_statement"].get(comp, {})}
+        counts = {t: [results[side]["by_statement"].get(comp, {}).get(t, 0) for side in sides] for t in texts}
+        print(f"{comp}: statements by count ({' / '.join(sides)}), most first")
+        for t, ns in sorted(counts.items(), key=lambda kv: -max(kv[1]))[:top]:
+            print(f"  {' / '.join(f'{n:6d}' for n in ns)}  {t[:220]}")
+        if len(sides) == 2:
+            print(f"{comp}: statements whose count differs most (patched - unpatched)")
+            for t, ns in sorted(counts.items(), key=lambda kv: -abs(kv[1][0] - kv[1][1]))[:top]:
+                print(f"  {ns[0] - ns[1]:+6d} ({ns[0]} / {ns[1]})  {t[:220]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -624,6 +781,21 @@ def main() -> int:
         "--timeout", type=float, default=3600, help="seconds to wait for every Dag run to end"
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="log every statement's plan with its actual rows in PostgreSQL's server log (auto_explain)",
+    )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        help="record a py-spy profile of the scheduler under the load into this folder (<side>.txt, collapsed stacks)",
+    )
+    parser.add_argument(
+        "--detail",
+        action="store_true",
+        help="print per-relation tuple reads and the statements whose counts differ between the sides",
+    )
     parser.add_argument(
         "--profile-scheduler",
         action="store_true",
@@ -647,6 +819,8 @@ def main() -> int:
         results[label] = run_side(label, venv, patched, args)
         print(f"{label}: side done in {time.time() - started:.0f} s", flush=True)
     report(results)
+    if args.detail:
+        detail_report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
     return 0
