@@ -376,12 +376,12 @@ def _chunks(rows: Sequence[Any], size: int = BATCH) -> Iterator[Sequence[Any]]:
 
 
 def _to_python(column: sa.Column, text: str) -> Any:
+    if isinstance(column.type, sa.JSON):  # memory_escalation: carried as its JSON text
+        return json.loads(text)
     try:
         kind = column.type.python_type
     except NotImplementedError:
         return text
-    if kind is dict:  # a JSON column (memory_escalation): carried as its JSON text
-        return json.loads(text)
     return int(text) if kind is int else text
 
 
