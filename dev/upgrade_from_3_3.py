@@ -27,7 +27,7 @@ migrate`` would use (Airflow's ``[database] sql_alchemy_conn``, or ``--conn URL`
     python upgrade_from_3_3.py status    # what the database is at, and what is still carried
 
 Why: our 3.3 migrations (asset-emit ``7c3a9e5b1f42``, aip-97 ``5c1e97a4f0b3``, aip-122 ``704a18c1acc7``,
-retry-rules ``3b8d6f2a9c41``) follow 3.3.2's head ``d2f4e1b3c5a7``, as 3.4's own chain does, so 3.4's Alembic cannot start from our
+retry-rules ``3b8d6f2a9c41``, oom ``9c3e5a7f1d24``) follow 3.3.2's head ``d2f4e1b3c5a7``, as 3.4's own chain does, so 3.4's Alembic cannot start from our
 head; and 3.4 folds ``task_instance_history`` into ``task_instance`` rows (migration 0142), which would
 drop our history columns. ``prepare`` copies what the patch set added into ``patchset_upgrade_*``
 tables keyed by each try's UUID (0142 keeps a history row's ``task_instance_id`` as the archived
@@ -80,7 +80,7 @@ class Migration:
     tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-#: In chain order (the full series: asset-emit, then aip-97, then aip-122, then retry-rules); ``prepare`` undoes them backwards.
+#: In chain order (the full series: asset-emit, then aip-97, aip-122, retry-rules, oom); ``prepare`` undoes them backwards.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "asset-emit",
@@ -92,12 +92,15 @@ MIGRATIONS: tuple[Migration, ...] = (
     # The storm guard's shared state: carried and restored like the idempotency keys (it is transient:
     # its failure times leave the window within a minute, so an empty table after the upgrade is as good).
     Migration("retry-rules", "3b8d6f2a9c41", tables={"infra_retry_storm_guard": ()}),
+    # The memory escalation a try ran with (issue 37), a JSON value per try.
+    Migration("oom", "9c3e5a7f1d24", try_columns={"memory_escalation": None}),
 )
 BY_FEATURE = {m.feature: m for m in MIGRATIONS}
 EMPTY: dict[str, Any] = {c: e for m in MIGRATIONS for c, e in m.try_columns.items()}
 
 #: The heads a patched 3.3.2 database can be at, and the features each one implies / allows.
 HEADS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "9c3e5a7f1d24": (frozenset({"aip-97", "aip-122", "retry-rules", "oom"}), frozenset({"asset-emit"})),
     "3b8d6f2a9c41": (frozenset({"aip-97", "aip-122", "retry-rules"}), frozenset({"asset-emit"})),
     "704a18c1acc7": (frozenset({"aip-97", "aip-122"}), frozenset({"asset-emit"})),
     "5c1e97a4f0b3": (frozenset({"aip-97"}), frozenset({"asset-emit"})),
@@ -373,6 +376,8 @@ def _chunks(rows: Sequence[Any], size: int = BATCH) -> Iterator[Sequence[Any]]:
 
 
 def _to_python(column: sa.Column, text: str) -> Any:
+    if isinstance(column.type, sa.JSON):  # memory_escalation: carried as its JSON text
+        return json.loads(text)
     try:
         kind = column.type.python_type
     except NotImplementedError:

@@ -39,7 +39,7 @@ STATE_DAGS = ("ops_infra", "ops_cap", "ops_app", "ops_timeout", "ops_emit")
 #: The migration head of the unpatched release of each line: where the rollback downgrades to.
 VANILLA_HEAD = {"3.3": "d2f4e1b3c5a7", "3.4": "9cffe90fa0c0"}
 #: The head of each line's full series (aip-122's migration).
-PATCHED_HEAD = {"3.3": "3b8d6f2a9c41", "3.4": "5e2a7c9d1b63"}
+PATCHED_HEAD = {"3.3": "9c3e5a7f1d24", "3.4": "4d7a1c9e3f58"}
 #: The rollback command of each line, as docs/operations.md gives it (``-y`` added by the tests).
 ROLLBACK_COMMAND = {
     "3.3": ("db", "downgrade", "--to-version", "3.3.2"),

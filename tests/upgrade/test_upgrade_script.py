@@ -13,6 +13,7 @@ re-runnable. The real end-to-end upgrade is test_upgrade_from_3_3.py.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -163,6 +164,37 @@ def test_prepare_carries_and_drops_the_storm_guard_table(up, tmp_path):
     assert after["alembic_version"]["rows"] == [("d2f4e1b3c5a7",)]
     assert "infra_retry_storm_guard" not in after
     assert [r[:2] for r in after["patchset_upgrade_infra_retry_storm_guard"]["rows"]] == [("CeleryExecutor", "spot")]
+
+
+def test_prepare_carries_and_drops_memory_escalation(up, tmp_path):
+    """The series' 3.3 head since issue 37 §3: each try's memory escalation (JSON) is carried too."""
+    url = _db(tmp_path, "9c3e5a7f1d24", ours=True, idempotency=True)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE infra_retry_storm_guard (executor VARCHAR(250) NOT NULL, queue VARCHAR(256) NOT NULL, "
+            "failures JSON NOT NULL, engaged BOOLEAN NOT NULL, next_release_at TIMESTAMP, held INTEGER NOT NULL, "
+            "updated_at TIMESTAMP NOT NULL, CONSTRAINT infra_retry_storm_guard_pkey PRIMARY KEY (executor, queue))"
+        )
+        for table in ("task_instance", "task_instance_history"):
+            conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN memory_escalation JSON")
+        conn.exec_driver_sql(
+            """UPDATE task_instance SET memory_escalation = '{"step": 1, "queue": "highmem"}' WHERE id = 'a1'"""
+        )
+    engine.dispose()
+    result = up.prepare(up.make_engine(url), out=lambda *_: None)
+    assert result["features"] == ["aip-122", "aip-97", "asset-emit", "oom", "retry-rules"]
+    after = _dump(url)
+    assert after["alembic_version"]["rows"] == [("d2f4e1b3c5a7",)]
+    for table in ("task_instance", "task_instance_history"):
+        assert "memory_escalation" not in after[table]["columns"]
+    values = {(r[0], r[1]): r[2] for r in after["patchset_upgrade_ti_value"]["rows"]}
+    assert json.loads(values[("a1", "memory_escalation")]) == {"step": 1, "queue": "highmem"}
+    assert ("a0", "memory_escalation") not in values  # NULL: nothing to carry
+    assert up._to_python(sa.Column("memory_escalation", sa.JSON()), values[("a1", "memory_escalation")]) == {
+        "step": 1,
+        "queue": "highmem",
+    }
 
 
 def test_the_storm_guard_table_without_its_revision_is_refused(up, tmp_path):
