@@ -183,7 +183,7 @@ def present_features(conn: Connection) -> set[str]:
         for column in m.try_columns:
             marks += [column in _columns(conn, t) for t in TRY_TABLES]
         marks += [insp.has_table(t) for t in m.tables]
-        marks += [c in _columns(conn, t) for t, cols in m.columns.items() for c in cols]
+        marks += [insp.has_table(t) and c in _columns(conn, t) for t, cols in m.columns.items() for c in cols]
         if all(marks):
             found.add(m.feature)
         elif any(marks):
