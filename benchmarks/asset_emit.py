@@ -170,6 +170,11 @@ _STAGES = (
         lambda sql: sql.startswith("select") and " from serialized_dag" in sql,
     ),
     (
+        # Once per Dag run and api-server process (loop protection): the chain the run inherits.
+        "emit-chain look-up (dagrun_asset_event; first call only)",
+        lambda sql: sql.startswith("select asset_event.emit_chain"),
+    ),
+    (
         "asset look-up (asset + asset_active)",
         lambda sql: sql.startswith("select") and "left outer join asset_active" in sql,
     ),

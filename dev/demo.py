@@ -72,6 +72,8 @@ def demo_env(home: Path, port: int) -> dict[str, str]:
     )
     # Feature switches the demo shows (AIP-122 is off by default; the demo turns it on).
     env.update(AIRFLOW__CORE__MAX_INFRA_RETRIES="1", AIRFLOW__CORE__INFRA_RETRY_DELAY="2")
+    # asset-emit loop protection: a small limit, so that asset_emit_loop's loop stops after 3 runs.
+    env.update(AIRFLOW__CORE__ASSET_EMIT_MAX_CHAIN_DEPTH="3")
     return env
 
 

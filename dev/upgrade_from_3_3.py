@@ -26,7 +26,7 @@ migrate`` would use (Airflow's ``[database] sql_alchemy_conn``, or ``--conn URL`
     python upgrade_from_3_3.py run       # the three steps above, in order
     python upgrade_from_3_3.py status    # what the database is at, and what is still carried
 
-Why: our 3.3 migrations (asset-emit ``7c3a9e5b1f42``, aip-97 ``5c1e97a4f0b3``, aip-122 ``704a18c1acc7``,
+Why: our 3.3 migrations (asset-emit ``7c3a9e5b1f42`` and ``a3f9c2e7b5d1``, aip-97 ``5c1e97a4f0b3``, aip-122 ``704a18c1acc7``,
 retry-rules ``3b8d6f2a9c41``, oom ``9c3e5a7f1d24``) follow 3.3.2's head ``d2f4e1b3c5a7``, as 3.4's own chain does, so 3.4's Alembic cannot start from our
 head; and 3.4 folds ``task_instance_history`` into ``task_instance`` rows (migration 0142), which would
 drop our history columns. ``prepare`` copies what the patch set added into ``patchset_upgrade_*``
@@ -78,6 +78,9 @@ class Migration:
     try_columns: dict[str, Any] = field(default_factory=dict)
     #: Tables created, with the indexes the downgrade drops first.
     tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Columns added to other existing tables: {table: columns in the order the upgrade adds them}.
+    #: Dropped, not carried (see the asset-emit chain entry below).
+    columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 #: In chain order (the full series: asset-emit, then aip-97, aip-122, retry-rules, oom); ``prepare`` undoes them backwards.
@@ -86,6 +89,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         "asset-emit",
         "7c3a9e5b1f42",
         tables={"asset_event_idempotency_key": ("idx_asset_event_idempotency_key_event_id",)},
+    ),
+    # asset-emit's second migration (loop protection). The chains are dropped, not carried: they only
+    # bound loops in flight, which start over at depth 1 after the upgrade.
+    Migration(
+        "asset-emit-chain",
+        "a3f9c2e7b5d1",
+        columns={"asset_event": ("emit_chain", "emit_chain_stop_reason")},
     ),
     Migration("aip-97", "5c1e97a4f0b3", try_columns={"failure_cause": None, "failure_reason": None}),
     Migration("aip-122", "704a18c1acc7", try_columns={"infra_retry_count": 0}),
@@ -100,10 +110,12 @@ EMPTY: dict[str, Any] = {c: e for m in MIGRATIONS for c, e in m.try_columns.item
 
 #: The heads a patched 3.3.2 database can be at, and the features each one implies / allows.
 HEADS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "9c3e5a7f1d24": (frozenset({"aip-97", "aip-122", "retry-rules", "oom"}), frozenset({"asset-emit"})),
-    "3b8d6f2a9c41": (frozenset({"aip-97", "aip-122", "retry-rules"}), frozenset({"asset-emit"})),
-    "704a18c1acc7": (frozenset({"aip-97", "aip-122"}), frozenset({"asset-emit"})),
-    "5c1e97a4f0b3": (frozenset({"aip-97"}), frozenset({"asset-emit"})),
+    "9c3e5a7f1d24": (frozenset({"aip-97", "aip-122", "retry-rules", "oom"}), frozenset({"asset-emit", "asset-emit-chain"})),
+    "3b8d6f2a9c41": (frozenset({"aip-97", "aip-122", "retry-rules"}), frozenset({"asset-emit", "asset-emit-chain"})),
+    "704a18c1acc7": (frozenset({"aip-97", "aip-122"}), frozenset({"asset-emit", "asset-emit-chain"})),
+    "5c1e97a4f0b3": (frozenset({"aip-97"}), frozenset({"asset-emit", "asset-emit-chain"})),
+    "a3f9c2e7b5d1": (frozenset({"asset-emit", "asset-emit-chain"}), frozenset()),
+    # A database of the series before asset-emit's loop protection.
     "7c3a9e5b1f42": (frozenset({"asset-emit"}), frozenset()),
 }
 
@@ -174,6 +186,7 @@ def present_features(conn: Connection) -> set[str]:
         for column in m.try_columns:
             marks += [column in _columns(conn, t) for t in TRY_TABLES]
         marks += [insp.has_table(t) for t in m.tables]
+        marks += [insp.has_table(t) and c in _columns(conn, t) for t, cols in m.columns.items() for c in cols]
         if all(marks):
             found.add(m.feature)
         elif any(marks):
@@ -287,6 +300,10 @@ def _drop(conn: Connection, migration: Migration) -> None:
             with op.batch_alter_table(table, schema=None) as batch_op:
                 for column in reversed(list(migration.try_columns)):
                     batch_op.drop_column(column)
+    for table, columns in migration.columns.items():
+        with op.batch_alter_table(table, schema=None) as batch_op:
+            for column in reversed(columns):
+                batch_op.drop_column(column)
     for table, indexes in migration.tables.items():
         with op.batch_alter_table(table, schema=None) as batch_op:
             for index in indexes:

@@ -20,13 +20,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Stack
+from harness import Stack, StatsdReceiver
 
 HERE = Path(__file__).parent
 EXECUTION_API_VERSION = "2026-11-30"
 EXTRA_LIMIT = 1024
 DEMO_DAGS = sorted((HERE.parents[1] / "examples" / "dags").glob("asset_emit_*.py"))
-EXPECTED_DAGS = 17 + 5 * bool(DEMO_DAGS)
+EXPECTED_DAGS = 22 + 7 * bool(DEMO_DAGS)
+#: [core] asset_emit_max_chain_depth of the shared stack: small, so that test_emit_loop.py's loop stops
+#: after a few runs (and large enough for its 3-step legitimate chain).
+MAX_CHAIN_DEPTH = 3
+#: The api-server's StatsD metrics (InfluxDB-style tags), for the loop-protection metric.
+STATSD = StatsdReceiver().__enter__()
 
 
 class EmitStack(Stack):
@@ -114,6 +119,11 @@ STACK = EmitStack(
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True",
         "AIRFLOW__CORE__PARALLELISM": "8",
         "AIRFLOW__CORE__MAX_EMITTED_ASSET_EVENT_EXTRA_BYTES": str(EXTRA_LIMIT),
+        "AIRFLOW__CORE__ASSET_EMIT_MAX_CHAIN_DEPTH": str(MAX_CHAIN_DEPTH),
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(STATSD.port),
+        "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_SIZE": "10",
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
         # A test holds one parse of emit_test_dags.py in the Dag processor for up to 150 s.
@@ -127,6 +137,7 @@ os.environ.update(TEST_ENV)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    STATSD.__exit__(None, None, None)
     if not os.environ.get("EMIT_TEST_KEEP_HOME"):
         shutil.rmtree(_HOME, ignore_errors=True)
 

@@ -109,3 +109,28 @@ def test_demo_undeclared_emit_is_refused_and_publishes_nothing(stack):
     assert [r for r in _runs(stack, "asset_emit_batch_consumer") if r["partition_key"] == "batch-9999"] == []
     print("\n=== asset.emit() demo: declared publication ===")
     print(f"  inject_batch refused: {refusal['message']}")
+
+
+@pytest.mark.timeout(420)
+def test_demo_failure_signal_loop_stops_at_the_limit(stack):
+    """``asset_emit_loop``: the investigate loop stops at ``[core] asset_emit_max_chain_depth`` (3 here)."""
+    from conftest import MAX_CHAIN_DEPTH
+
+    run_id = stack.trigger("asset_emit_loop_incident")
+    assert stack.wait_run_finished("asset_emit_loop_incident", run_id, timeout=120) == "failed"
+
+    def stopped():
+        return stack.query(
+            "SELECT e.emit_chain_stop_reason AS reason FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+            "WHERE a.name = 'demo_investigate' AND e.emit_chain_stop_reason IS NOT NULL"
+        )
+
+    [row] = stack.wait_for(stopped, timeout=300, what="the demo loop's stopped event", logs=("scheduler",))
+    assert f"longer than [core] asset_emit_max_chain_depth ({MAX_CHAIN_DEPTH})" in row["reason"]
+    runs = [r for r in _runs(stack, "asset_emit_loop_investigate") if r["run_type"] == "asset_triggered"]
+    assert len(runs) == MAX_CHAIN_DEPTH
+    events = stack.query(
+        "SELECT count(*) AS n FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.name = 'demo_investigate'"
+    )
+    assert events == [{"n": MAX_CHAIN_DEPTH + 1}]
+    print(f"\ndemo loop: {len(runs)} investigate runs, then stopped: {row['reason']}")

@@ -56,6 +56,10 @@ def test_demo_runs_the_examples_and_prints_the_summary() -> None:
     assert "raises_memory_error     try 1: failed   cause=application reason=MemoryError: cannot" in out
     oom_shown = "allocate_past_the_limit try 1: failed   cause=oom         reason=OOM-killed: memory cgroup"
     assert "no OOM kill shown on this machine: " in out or oom_shown in out
+    # Loop protection: the investigate loop stops at [core] asset_emit_max_chain_depth = 3.
+    assert "asset_emit_loop_investigate runs: 3 (asset_triggered failed)" in out
+    assert "demo_investigate event, chain depth 4 (incident -> investigate -> investigate -> investigate): " in out
+    assert "triggered no Dag run: emit chain of 4 Dag runs is longer than [core] asset_emit_max_chain_depth (3)" in out
     # Nothing it started is left running.
     import psutil
 

@@ -142,6 +142,23 @@ def test_prepare_carries_undoes_and_stamps_then_is_a_no_op(up, tmp_path):
     assert _dump(url) == after
 
 
+def test_prepare_drops_the_emit_chain_columns(up, tmp_path):
+    """asset-emit's loop protection (a3f9c2e7b5d1): its asset_event columns are undone, not carried."""
+    url = _db(tmp_path, "a3f9c2e7b5d1", ours=False, idempotency=True)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE asset_event ADD COLUMN emit_chain JSON")
+        conn.exec_driver_sql("ALTER TABLE asset_event ADD COLUMN emit_chain_stop_reason TEXT")
+        conn.exec_driver_sql("UPDATE asset_event SET emit_chain = '[]'")
+    engine.dispose()
+    result = up.prepare(up.make_engine(url), out=lambda *_: None)
+    assert result["features"] == ["asset-emit", "asset-emit-chain"]
+    after = _dump(url)
+    assert after["alembic_version"]["rows"] == [("d2f4e1b3c5a7",)]
+    assert set(after["asset_event"]["columns"]) == {"id", "asset_id"}
+    assert after["asset_event"]["rows"] == [(7, 3)]
+
+
 def test_prepare_carries_and_drops_the_storm_guard_table(up, tmp_path):
     """The series' 3.3 head since retry-rules keeps the storm guard's state in a table of its own."""
     url = _db(tmp_path, "3b8d6f2a9c41", ours=True, idempotency=True)
