@@ -164,8 +164,9 @@ def executor_event_with_injected_fault(
     """
     Two scheduler loops consume one ``infra`` executor event; the first one fails before its commit.
 
-    ``fault`` is ``sink`` (the database callback sink raises while writing the retry callback) or
-    ``flush`` (the flush of the failed try's state change raises). Between the loops, and after the
+    ``fault`` is ``sink`` (the database callback sink raises while writing the retry callback),
+    ``flush`` (the flush of the failed try's state change raises) or ``none`` (no fault: the first
+    loop records the failure, the second finds nothing left to do). Between the loops, and after the
     second, the task instance is read back from a fresh session and put on ``out``.
     """
     import airflow  # noqa: F401 - configure Airflow from the environment

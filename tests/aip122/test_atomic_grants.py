@@ -7,6 +7,10 @@ AIP-122 grants are atomic: the decision is pure, and its claim commits with the 
   consumes an ``infra`` executor event while its callback sink (or its flush) raises before the
   commit. Nothing is spent (``infra_retry_count``, ``max_tries`` and the state unchanged, no past
   try) and the event is handed back: the next loop records the failure once, with one grant.
+* ``test_a_rule_decides_a_state_mismatch_through_the_scheduler``: the same real scheduler loop
+  consumes an ``infra`` executor event of a try the database still holds queued or running (the
+  state-mismatch path, issue 36); the task's ``RetryRule(cause="infra", action=FAIL)`` fails it, and
+  the infrastructure retry it would have been granted is denied (``retry_rule``).
 * ``test_two_schedulers_race_to_decide_one_failure``: two scheduler processes decide the *same*
   stuck-in-queued failure. Scheduler A reads its stuck task instances; its job is then found dead
   and scheduler B adopts them (real ``adopt_or_reset_orphaned_tasks``) and reads them too; only
@@ -329,6 +333,46 @@ def test_two_schedulers_race_to_decide_one_rule_failure(child_env):
         # The failed try is not archived as a past try (a retry would have archived it once).
         assert state["history"] == 0, where
         assert (state["max_tries"], state["infra_retry_count"]) == (2, 0), where
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("db_state", ["queued", "running"])
+def test_a_rule_decides_a_state_mismatch_through_the_scheduler(child_env, db_state):
+    """
+    The executor reports an ``infra`` failure of a try the database still holds queued or running.
+
+    That is the scheduler's state-mismatch path (``_process_executor_events``), here in a real
+    scheduler: rule 0 of the task (``cause="infra"``, ``FAIL``) decides it. The try fails at once
+    with the rule as its reason, although an infrastructure retry (cap 3) and 2 retries are left;
+    without the rule the scheduler would grant the infrastructure retry.
+    """
+    with _session() as session:
+        job_id = _job(session)
+        ti_id, run_id = _new_try(session, RULE_TASK, state=db_state, job_id=job_id)
+
+    out = SPAWN.Queue()
+    proc = SPAWN.Process(
+        target=scheduler_harness.executor_event_with_injected_fault,
+        args=(job_id, ti_id, run_id, RULE_TASK, "none", out),
+    )
+    proc.start()
+    try:
+        got = out.get(timeout=180)
+    finally:
+        proc.join(timeout=60)
+    assert proc.exitcode == 0
+
+    first, second = got["loops"]
+    assert (first["error"], second["error"]) == (None, None), got
+    assert (first["state"], first["try_number"], first["retry_reason"]) == ("failed", 1, RULE_FAIL_REASON), (
+        got
+    )
+    # No budget spent, no past try archived, one outcome recorded (the second loop had nothing left).
+    assert (first["max_tries"], first["infra_retry_count"], first["history"]) == (2, 0, 0), got
+    assert first["outcomes"] == second["outcomes"] == {"failed": 1}, got
+    assert (first["buffered"], second["buffered"]) == (0, 0), got
+    # The infrastructure retry it would have been granted is denied (reason retry_rule), once.
+    assert (got["granted"], got["denied"]) == (0, 1), got
 
 
 def _route_race_round() -> tuple[dict, dict, dict, list[int | None]]:
