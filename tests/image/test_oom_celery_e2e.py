@@ -156,7 +156,7 @@ def test_oom_retry_escalates_to_highmem_and_succeeds(deployment):
     run_id = run_to_end(dep, "oom_escalate", timeout=420)
 
     tries = dep.tries("oom_escalate", run_id, "allocate_1gib")
-    assert [(t["try_number"], t["failure_cause"]) for t in tries] == [(1, "oom"), (2, None)], tries
+    assert [(t["try_number"], t["failure_cause"]) for t in tries] == [(1, "oom"), (2, None)], json.dumps(tries, default=str)
     try1, try2 = tries
     # The archived try reads failed (3.3's task_instance_history; up_for_retry where a line keeps the state it left with).
     assert try1["state"] in ("failed", "up_for_retry"), try1
