@@ -229,6 +229,7 @@ def test_the_patches_add_what_these_tests_know() -> None:
         "ti.infra_retry.held": "-",
         "scheduler.infra_retry_guard.engaged": "-",
         "scheduler.infra_retry_guard.released": "-",
+        "asset.emit_chain.stopped": "-",
     }
     assert _config_options()[("core", "max_infra_retries")] == "0"
     assert _config_options()[("scheduler", "infra_retry_storm_threshold")] == "30"
@@ -470,6 +471,7 @@ EVENTS: list[tuple[str, dict[str, str], int]] = [
     ("ti.infra_retry.held", {"dag_id": "etl", "task_id": "load", "queue": "default"}, 2),
     ("scheduler.infra_retry_guard.engaged", {"executor": "CeleryExecutor", "queue": "default"}, 1),
     ("scheduler.infra_retry_guard.released", {"executor": "CeleryExecutor", "queue": "default"}, 1),
+    ("asset.emit_chain.stopped", {"dag_id": "investigate"}, 1),
 ]
 
 #: Sends EVENTS through Airflow's own metrics code (the installed patched build): stats.incr, the
@@ -555,6 +557,7 @@ def test_both_metric_names_map_to_the_series_the_dashboard_reads() -> None:
     guard = (("executor", "CeleryExecutor"), ("queue", "default"))
     assert others[("airflow_scheduler_infra_retry_guard_engaged_total", guard)] == 1
     assert others[("airflow_scheduler_infra_retry_guard_released_total", guard)] == 1
+    assert others[("airflow_asset_emit_chain_stopped_total", (("dag_id", "investigate"),))] == 1
 
     # Plain StatsD: no labels, but the legacy name still carries the cause.
     plain = _mapped(_airflow_lines(legacy_names_on=True, tags=False))

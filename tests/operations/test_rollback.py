@@ -41,7 +41,7 @@ import harness
 import lines
 
 #: What the downgrade drops: the patch set's columns and its tables. Everything else stays.
-PATCH_COLUMNS = {"failure_cause", "failure_reason", "infra_retry_count"}
+PATCH_COLUMNS = {"failure_cause", "failure_reason", "infra_retry_count", "memory_escalation"}
 PATCH_TABLE = "asset_event_idempotency_key"
 GUARD_TABLE = "infra_retry_storm_guard"  # retry-rules: the storm guard's state, shared by the schedulers
 PATCH_TABLES = {PATCH_TABLE, GUARD_TABLE}
