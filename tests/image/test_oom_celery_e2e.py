@@ -27,7 +27,6 @@ average 13); the detection test takes about 30 s more (74 s and 3 minutes in all
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 import uuid
@@ -40,22 +39,17 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from deployment import Deployment  # noqa: E402
-from harness import pg_database, private_redis, require_postgres, wait_for  # noqa: E402
+from harness import pg_database, private_redis, require_postgres  # noqa: E402
+from oom_support import oom_kills, oom_reason, wait_run  # noqa: E402
 
 import lines  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.requires_feature("oom", "aip-97-celery")]
 
 DAGS = [HERE / "dags" / "oom_container.py", HERE / "dags" / "oom_escalation.py"]
-TERMINAL = {"success", "failed"}
 DEFAULT_LIMIT, HIGHMEM_LIMIT = "512m", "2g"
 #: The reason of a try the supervisor saw OOM-killed under the default worker's limit.
-OOM_REASON = re.compile(
-    r"^OOM-killed: memory cgroup limit 512 MiB \(oom_kill \d+ -> \d+\)\. "
-    r"Task process was killed by SIGKILL \(9\) before it reported a state\."
-)
-#: The OOM-kill counter of the container's memory cgroup: cgroup v1 (these machines) or v2.
-READ_COUNTER = "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events"
+OOM_REASON = oom_reason("512 MiB")
 
 
 @pytest.fixture(scope="module")
@@ -94,25 +88,9 @@ def deployment(engine, patched, tmp_path_factory):
             yield dep
 
 
-def oom_kills(dep: Deployment, component: str) -> int:
-    """The ``oom_kill`` counter of the container's memory cgroup, read inside the container."""
-    text = dep.exec(component, "sh", "-c", READ_COUNTER)
-    (value,) = [int(line.split()[1]) for line in text.splitlines() if line.startswith("oom_kill ")]
-    return value
-
-
 def run_to_end(dep: Deployment, dag_id: str, timeout: float = 300) -> str:
     run_id = dep.trigger(dag_id)
-    try:
-        wait_for(
-            lambda: dep.run_state(dag_id, run_id) in TERMINAL,
-            timeout=timeout,
-            interval=2,
-            what=f"the run of {dag_id} to finish",
-        )
-    except TimeoutError:
-        dep.dump_logs("scheduler", "worker-default", "worker-highmem")
-        raise
+    wait_run(dep, dag_id, run_id, timeout=timeout, dump=("scheduler", "worker-default", "worker-highmem"))
     return run_id
 
 

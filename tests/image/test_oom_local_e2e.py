@@ -22,7 +22,6 @@ container is up in 50 to 90 s), at a load average of 10.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 import uuid
@@ -34,24 +33,21 @@ HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+import oom_support  # noqa: E402
 from deployment import Deployment  # noqa: E402
 from harness import pg_database, require_postgres, wait_for  # noqa: E402
+from oom_support import oom_reason, wait_run  # noqa: E402
 
 import lines  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.requires_feature("oom")]
 
 DAGS = [HERE / "dags" / "oom_container.py", REPO / "examples" / "dags" / "oom_detection.py"]
-TERMINAL = {"success", "failed"}
 LIMIT = "1g"
 COMPONENT = "local"
 #: Every component of the deployment in the one container; the scheduler is its main process.
 ALL_IN_ONE = "airflow api-server & airflow dag-processor & exec airflow scheduler"
-OOM_REASON = re.compile(
-    r"^OOM-killed: memory cgroup limit 1 GiB \(oom_kill \d+ -> \d+\)\. "
-    r"Task process was killed by SIGKILL \(9\) before it reported a state\."
-)
-READ_COUNTER = "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events"
+OOM_REASON = oom_reason("1 GiB")
 
 
 @pytest.fixture(scope="module")
@@ -84,23 +80,8 @@ def deployment(engine, patched, tmp_path_factory):
 
 
 def oom_kills(dep: Deployment) -> int:
-    """The ``oom_kill`` counter of the container's memory cgroup, read inside the container."""
-    text = dep.exec(COMPONENT, "sh", "-c", READ_COUNTER)
-    (value,) = [int(line.split()[1]) for line in text.splitlines() if line.startswith("oom_kill ")]
-    return value
-
-
-def wait_run(dep: Deployment, dag_id: str, run_id: str, timeout: float = 300) -> None:
-    try:
-        wait_for(
-            lambda: dep.run_state(dag_id, run_id) in TERMINAL,
-            timeout=timeout,
-            interval=2,
-            what=f"the run of {dag_id} to finish",
-        )
-    except TimeoutError:
-        dep.dump_logs()
-        raise
+    """The ``oom_kill`` counter of the one container's memory cgroup."""
+    return oom_support.oom_kills(dep, COMPONENT)
 
 
 @pytest.mark.timeout(900)
