@@ -804,6 +804,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.scale:
         args.dags, args.tasks = 1000, 10
+    if args.py_spy and not Path(sys.executable).with_name("py-spy").exists():
+        # Refused before the deployments start, not after the first side's parse.
+        parser.error(f"--py-spy needs py-spy next to {sys.executable}: {Path(sys.executable).parent}/pip install py-spy")
     if not harness.pg_available():
         print(harness.PG_UNREACHABLE, file=sys.stderr)
         return 1
