@@ -62,8 +62,7 @@ ended (polled every second):
   ``airflow_local_settings.py`` this benchmark puts in the deployment's ``config`` folder (a
   SQLAlchemy ``before_cursor_execute`` listener; per component, read from the files it writes),
   and PostgreSQL's own ``pg_stat_database`` deltas for the deployment's database (transactions and
-  tuples). ``pg_stat_statements`` would need ``shared_preload_libraries`` and a restart of the
-  shared server that ``.ci/services.sh`` sets up, which this benchmark does not do;
+  tuples);
 * the scheduler loop's p50 and p99 (its StatsD timer ``scheduler.scheduler_loop_duration``, received
   by ``harness.StatsdReceiver``; the loop's idle sleep is outside the timer);
 * peak RSS of the scheduler's and the api-server's process trees (sampled every second).
@@ -72,11 +71,15 @@ Finding where the cost goes:
 
 * ``--detail``: per side, PostgreSQL's per-table and per-index scan counters over the load
   (``pg_stat_user_tables`` / ``pg_stat_user_indexes`` deltas: which relation the tuples are read
-  from), and per component the statements whose counts differ most between the sides (the counting
-  listener also keys each statement by its text);
-* ``--explain``: every statement's plan with its actual rows in the PostgreSQL server's log
-  (``auto_explain``, loaded per connection through ``PGOPTIONS``, so for this deployment only; it
-  slows both sides alike);
+  from; for tables also the updates and how many of them were HOT, i.e. added no index entry),
+  and per component the statements whose counts differ most between the sides (the counting
+  listener also keys each statement by its text). When the PostgreSQL server preloads
+  ``pg_stat_statements`` (``shared_preload_libraries``; ``.ci/services.sh`` does not set it, so it
+  is the operator's choice and a restart of the server), ``--detail`` also lists per side the
+  statements that read the most buffers over the load, with their calls and rows;
+* ``--explain [RATE]``: every statement's plan (or a sampled fraction ``RATE`` of them) with its
+  actual rows and buffers in the PostgreSQL server's log (``auto_explain``, loaded per connection
+  through ``PGOPTIONS``, so for this deployment only; it slows both sides alike);
 * ``--py-spy DIR``: a py-spy sampling profile (50 Hz, collapsed stacks) of the scheduler under the
   load, ``DIR/<side>.txt`` (py-spy must be installed in the venv that runs this script);
 * ``--profile-scheduler``: the in-process CPU sampler below (no py-spy needed).
@@ -84,6 +87,15 @@ Finding where the cost goes:
 The two sides run one after the other (``--order``), not at once: on a 2-core machine two
 deployments side by side would take CPU from each other and the CPU and loop figures would measure
 the contention. Run the two sides in both orders when the machine's load varies.
+
+Each side's database is new. While the load's task instances are being created, the benchmark runs
+``ANALYZE task_instance, dag_run`` every two seconds (then once more when all exist), on both sides
+alike: without it the first analyze of ``task_instance`` waits for autovacuum's next visit (up to
+``autovacuum_naptime``, a minute), and until then the planner runs the scheduler's critical-section
+query (upstream's) by nested loops over the whole table, about a second per scheduler loop at 2,000
+task instances. How many loops pay that is set by where autovacuum's visit falls, so it swamped the
+database-read and loop-p99 ratios of earlier pairs (up to 3.7 and 1.44) without being the patch
+set's. ``--cold-statistics`` leaves it to autovacuum, to see that effect.
 
 Usage::
 
@@ -379,11 +391,23 @@ def pg_relation_stats(db: str) -> dict[str, dict[str, int]]:
         with conn.cursor() as cur:
             cur.execute(
                 "SELECT relname, coalesce(seq_scan, 0), coalesce(seq_tup_read, 0), coalesce(idx_scan, 0), "
-                "coalesce(idx_tup_fetch, 0), n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables"
+                "coalesce(idx_tup_fetch, 0), n_tup_ins + n_tup_upd + n_tup_del, n_tup_upd, n_tup_hot_upd "
+                "FROM pg_stat_user_tables"
             )
             out = {
                 f"table {r[0]}": dict(
-                    zip(("seq_scan", "seq_tup_read", "idx_scan", "idx_tup_fetch", "written"), r[1:])
+                    zip(
+                        (
+                            "seq_scan",
+                            "seq_tup_read",
+                            "idx_scan",
+                            "idx_tup_fetch",
+                            "written",
+                            "upd",
+                            "hot_upd",
+                        ),
+                        r[1:],
+                    )
                 )
                 for r in cur.fetchall()
             }
@@ -399,6 +423,60 @@ def pg_relation_stats(db: str) -> dict[str, dict[str, int]]:
             return out
     finally:
         conn.close()
+
+
+def pg_statements_enabled(db: str) -> bool:
+    """Whether the server preloads ``pg_stat_statements``; if so, the extension is created in ``db``."""
+    loaded = harness.pg_admin_execute("SHOW shared_preload_libraries")[0][0]
+    if "pg_stat_statements" not in loaded:
+        return False
+    import psycopg2
+
+    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", password="postgres", dbname=db)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    finally:
+        conn.close()
+    return True
+
+
+def pg_statements(db: str) -> dict[str, dict[str, Any]]:
+    """``pg_stat_statements``' cumulative counters of one database's statements, by query id."""
+    import psycopg2
+
+    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", password="postgres", dbname=db)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT queryid::text, query, calls, rows, shared_blks_hit + shared_blks_read, total_exec_time "
+                "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s",
+                (db,),
+            )
+            out: dict[str, dict[str, Any]] = {}
+            for qid, query, calls, rows, blocks, ms in cur.fetchall():
+                into = out.setdefault(qid, {"query": query, "calls": 0, "rows": 0, "blocks": 0, "ms": 0.0})
+                into["calls"] += calls
+                into["rows"] += rows
+                into["blocks"] += blocks
+                into["ms"] += ms
+            return out
+    finally:
+        conn.close()
+
+
+def statements_delta(
+    before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    out = {}
+    for qid, c in after.items():
+        b = before.get(qid, {})
+        d = {k: c[k] - b.get(k, 0) for k in ("calls", "rows", "blocks", "ms")}
+        if d["calls"]:
+            out[qid] = {"query": c["query"], **d}
+    return out
 
 
 def stats_delta(
@@ -427,6 +505,59 @@ def pg_counters(db: str) -> dict[str, int]:
         f"SELECT {', '.join(PG_COUNTERS)} FROM pg_stat_database WHERE datname = %s", (db,)
     )[0]
     return dict(zip(PG_COUNTERS, map(int, row)))
+
+
+class StatisticsKeeper:
+    """Keeps the planner's statistics of ``task_instance`` and ``dag_run`` current while the load's
+    task instances are being created (``ANALYZE`` every two seconds until all exist, then once more).
+
+    The deployment's database is new, so when the first Dag runs are created its tables have never
+    been analyzed, and autovacuum analyzes them only at its next visit (``autovacuum_naptime``, up
+    to a minute later, at a moment that differs from run to run). Until then the planner takes the
+    scheduler's critical-section query (upstream's, the same on both sides) for one over an empty
+    ``task_instance`` and joins it by nested loops that rescan the whole table per scheduled task
+    instance: about a second per scheduler loop at 2,000 task instances. How many loops pay that is
+    set by where autovacuum's visit falls, not by the build under test, and a deployment with a
+    history has statistics. ``--cold-statistics`` leaves it to autovacuum.
+    """
+
+    def __init__(self, db: str, n_tis: int) -> None:
+        self.db = db
+        self.n_tis = n_tis
+        self.rounds = 0
+        self.last_s: float | None = None
+        self._stop = threading.Event()
+        self._t0 = 0.0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._t0 = time.time()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        import psycopg2
+
+        conn = psycopg2.connect(
+            host="127.0.0.1", port=5432, user="postgres", password="postgres", dbname=self.db
+        )
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                while not self._stop.is_set():
+                    cur.execute("SELECT count(*) FROM task_instance")
+                    complete = cur.fetchone()[0] >= self.n_tis
+                    cur.execute("ANALYZE task_instance, dag_run")
+                    self.rounds += 1
+                    self.last_s = time.time() - self._t0
+                    if complete:
+                        return
+                    self._stop.wait(2)
+        finally:
+            conn.close()
 
 
 class TreeSampler:
@@ -523,12 +654,13 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
         }
         if args.profile_scheduler:
             config["SYSTEM_LOAD_PROFILE"] = "1"
-        if args.explain:
-            # Every statement's plan with its actual rows, in the PostgreSQL server's log (a debugging
+        if args.explain is not None:
+            # Every (sampled) statement's plan with its actual rows, in the PostgreSQL server's log (a debugging
             # aid: it slows both sides down alike). Set per connection, for this deployment only.
             config["PGOPTIONS"] = (
                 "-c session_preload_libraries=auto_explain -c auto_explain.log_min_duration=0 "
-                "-c auto_explain.log_analyze=on -c auto_explain.log_timing=off"
+                "-c auto_explain.log_analyze=on -c auto_explain.log_timing=off -c auto_explain.log_buffers=on "
+                f"-c auto_explain.sample_rate={args.explain}"
             )
         if patched:
             config["AIRFLOW__CORE__MAX_INFRA_RETRIES"] = "1"
@@ -599,9 +731,14 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
                 sql0 = statement_counts(sql_out, groups)
                 pg0 = pg_counters(db)
                 rel0 = pg_relation_stats(db)
+                pss = args.detail and pg_statements_enabled(db)
+                pss0 = pg_statements(db) if pss else {}
                 text0 = statements_by_text(sql_out, groups)
                 statsd0 = len(statsd.lines)
+                keeper = None if args.cold_statistics else StatisticsKeeper(db, n_dags * n_tasks)
                 t0 = time.time()
+                if keeper is not None:
+                    keeper.start()
                 for dag in dag_ids:
                     stack.trigger(dag)
                 triggered_s = time.time() - t0
@@ -613,11 +750,20 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
                     what=f"{label}: every Dag run ended",
                 )
                 t_done = time.time()
+                if keeper is not None:
+                    keeper.stop()
+                    last = (
+                        "never"
+                        if keeper.last_s is None
+                        else f"the last {keeper.last_s:.1f} s after the first trigger"
+                    )
+                    print(f"{label}: ANALYZE task_instance, dag_run x{keeper.rounds}, {last}", flush=True)
                 cpu1 = cpu_seconds(sched)
                 time.sleep(1.5)  # the last statement counts and PostgreSQL's statistics flush
                 sql1 = statement_counts(sql_out, groups)
                 pg1 = pg_counters(db)
                 rel1 = pg_relation_stats(db)
+                pss1 = pg_statements(db) if pss else {}
                 text1 = statements_by_text(sql_out, groups)
                 loop = loop_durations(statsd.lines[statsd0:])
                 if args.profile_scheduler:
@@ -659,6 +805,7 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
     return {
         "label": label,
         "relations": stats_delta(rel0, rel1),
+        "pg_statements": statements_delta(pss0, pss1),
         "by_statement": by_text,
         "tis": n_tis,
         "tries": past + len(tis),
@@ -748,6 +895,14 @@ def detail_report(results: dict[str, dict[str, Any]], top: int = 15) -> None:
         print(f"{side}: relations by tuples read (delta over the load)")
         for name, c in reads:
             print(f"  {name:70s} {json.dumps(c)}")
+        pss = results[side].get("pg_statements", {})
+        if pss:
+            print(f"{side}: statements by buffers read (pg_stat_statements, delta over the load)")
+            for c in sorted(pss.values(), key=lambda c: -c["blocks"])[:top]:
+                query = " ".join(c["query"].split())
+                print(
+                    f"  blocks {c['blocks']:9d} ms {c['ms']:9.0f} calls {c['calls']:7d} rows {c['rows']:8d}  {query[:300]}"
+                )
     comps = sorted({c for side in sides for c in results[side]["by_statement"]})
     for comp in comps:
         texts = {t for side in sides for t in results[side]["by_statement"].get(comp, {})}
@@ -773,6 +928,12 @@ def main() -> int:
     )
     parser.add_argument("--order", choices=("patched-first", "unpatched-first"), default="patched-first")
     parser.add_argument("--skip-unpatched", action="store_true")
+    parser.add_argument(
+        "--cold-statistics",
+        action="store_true",
+        help="leave the first ANALYZE of the new database's task_instance and dag_run to autovacuum "
+        "(see StatisticsKeeper)",
+    )
     parser.add_argument("--skip-patched", action="store_true")
     parser.add_argument(
         "--settle", type=float, default=10, help="seconds to let the deployment idle before the load"
@@ -783,8 +944,12 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
         "--explain",
-        action="store_true",
-        help="log every statement's plan with its actual rows in PostgreSQL's server log (auto_explain)",
+        nargs="?",
+        const=1.0,
+        type=float,
+        metavar="RATE",
+        help="log statements' plans with their actual rows and buffers in PostgreSQL's server log "
+        "(auto_explain); RATE: the fraction of statements sampled (default: all)",
     )
     parser.add_argument(
         "--py-spy",
@@ -806,7 +971,9 @@ def main() -> int:
         args.dags, args.tasks = 1000, 10
     if args.py_spy and not Path(sys.executable).with_name("py-spy").exists():
         # Refused before the deployments start, not after the first side's parse.
-        parser.error(f"--py-spy needs py-spy next to {sys.executable}: {Path(sys.executable).parent}/pip install py-spy")
+        parser.error(
+            f"--py-spy needs py-spy next to {sys.executable}: {Path(sys.executable).parent}/pip install py-spy"
+        )
     if not harness.pg_available():
         print(harness.PG_UNREACHABLE, file=sys.stderr)
         return 1
