@@ -113,6 +113,8 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -381,48 +383,55 @@ def statements_by_text(sql_out: Path, groups: dict[str, int]) -> dict[str, dict[
     return totals
 
 
-def pg_relation_stats(db: str) -> dict[str, dict[str, int]]:
-    """Per-table and per-index scan counters of one database (``pg_stat_user_tables``/``_indexes``)."""
+@contextmanager
+def pg_cursor(db: str) -> Iterator[Any]:
+    """An autocommit cursor on one database of the project's PostgreSQL, as its superuser."""
     import psycopg2
 
     conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", password="postgres", dbname=db)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            cur.execute(
-                "SELECT relname, coalesce(seq_scan, 0), coalesce(seq_tup_read, 0), coalesce(idx_scan, 0), "
-                "coalesce(idx_tup_fetch, 0), n_tup_ins + n_tup_upd + n_tup_del, n_tup_upd, n_tup_hot_upd "
-                "FROM pg_stat_user_tables"
-            )
-            out = {
-                f"table {r[0]}": dict(
-                    zip(
-                        (
-                            "seq_scan",
-                            "seq_tup_read",
-                            "idx_scan",
-                            "idx_tup_fetch",
-                            "written",
-                            "upd",
-                            "hot_upd",
-                        ),
-                        r[1:],
-                    )
-                )
-                for r in cur.fetchall()
-            }
-            cur.execute(
-                "SELECT relname || '.' || indexrelname, idx_scan, idx_tup_read, idx_tup_fetch FROM pg_stat_user_indexes"
-            )
-            out.update(
-                {
-                    f"index {r[0]}": dict(zip(("idx_scan", "idx_tup_read", "idx_tup_fetch"), r[1:]))
-                    for r in cur.fetchall()
-                }
-            )
-            return out
+            yield cur
     finally:
         conn.close()
+
+
+def pg_relation_stats(db: str) -> dict[str, dict[str, int]]:
+    """Per-table and per-index scan counters of one database (``pg_stat_user_tables``/``_indexes``)."""
+    with pg_cursor(db) as cur:
+        cur.execute(
+            "SELECT relname, coalesce(seq_scan, 0), coalesce(seq_tup_read, 0), coalesce(idx_scan, 0), "
+            "coalesce(idx_tup_fetch, 0), n_tup_ins + n_tup_upd + n_tup_del, n_tup_upd, n_tup_hot_upd "
+            "FROM pg_stat_user_tables"
+        )
+        out = {
+            f"table {r[0]}": dict(
+                zip(
+                    (
+                        "seq_scan",
+                        "seq_tup_read",
+                        "idx_scan",
+                        "idx_tup_fetch",
+                        "written",
+                        "upd",
+                        "hot_upd",
+                    ),
+                    r[1:],
+                )
+            )
+            for r in cur.fetchall()
+        }
+        cur.execute(
+            "SELECT relname || '.' || indexrelname, idx_scan, idx_tup_read, idx_tup_fetch FROM pg_stat_user_indexes"
+        )
+        out.update(
+            {
+                f"index {r[0]}": dict(zip(("idx_scan", "idx_tup_read", "idx_tup_fetch"), r[1:]))
+                for r in cur.fetchall()
+            }
+        )
+        return out
 
 
 def pg_statements_enabled(db: str) -> bool:
@@ -430,41 +439,27 @@ def pg_statements_enabled(db: str) -> bool:
     loaded = harness.pg_admin_execute("SHOW shared_preload_libraries")[0][0]
     if "pg_stat_statements" not in loaded:
         return False
-    import psycopg2
-
-    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", password="postgres", dbname=db)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-    finally:
-        conn.close()
+    with pg_cursor(db) as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     return True
 
 
 def pg_statements(db: str) -> dict[str, dict[str, Any]]:
     """``pg_stat_statements``' cumulative counters of one database's statements, by query id."""
-    import psycopg2
-
-    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", password="postgres", dbname=db)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT queryid::text, query, calls, rows, shared_blks_hit + shared_blks_read, total_exec_time "
-                "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s",
-                (db,),
-            )
-            out: dict[str, dict[str, Any]] = {}
-            for qid, query, calls, rows, blocks, ms in cur.fetchall():
-                into = out.setdefault(qid, {"query": query, "calls": 0, "rows": 0, "blocks": 0, "ms": 0.0})
-                into["calls"] += calls
-                into["rows"] += rows
-                into["blocks"] += blocks
-                into["ms"] += ms
-            return out
-    finally:
-        conn.close()
+    with pg_cursor(db) as cur:
+        cur.execute(
+            "SELECT queryid::text, query, calls, rows, shared_blks_hit + shared_blks_read, total_exec_time "
+            "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s",
+            (db,),
+        )
+        out: dict[str, dict[str, Any]] = {}
+        for qid, query, calls, rows, blocks, ms in cur.fetchall():
+            into = out.setdefault(qid, {"query": query, "calls": 0, "rows": 0, "blocks": 0, "ms": 0.0})
+            into["calls"] += calls
+            into["rows"] += rows
+            into["blocks"] += blocks
+            into["ms"] += ms
+        return out
 
 
 def statements_delta(
@@ -539,25 +534,16 @@ class StatisticsKeeper:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        import psycopg2
-
-        conn = psycopg2.connect(
-            host="127.0.0.1", port=5432, user="postgres", password="postgres", dbname=self.db
-        )
-        conn.autocommit = True
-        try:
-            with conn.cursor() as cur:
-                while not self._stop.is_set():
-                    cur.execute("SELECT count(*) FROM task_instance")
-                    complete = cur.fetchone()[0] >= self.n_tis
-                    cur.execute("ANALYZE task_instance, dag_run")
-                    self.rounds += 1
-                    self.last_s = time.time() - self._t0
-                    if complete:
-                        return
-                    self._stop.wait(2)
-        finally:
-            conn.close()
+        with pg_cursor(self.db) as cur:
+            while not self._stop.is_set():
+                cur.execute("SELECT count(*) FROM task_instance")
+                complete = cur.fetchone()[0] >= self.n_tis
+                cur.execute("ANALYZE task_instance, dag_run")
+                self.rounds += 1
+                self.last_s = time.time() - self._t0
+                if complete:
+                    return
+                self._stop.wait(2)
 
 
 class TreeSampler:
