@@ -93,9 +93,12 @@ Each side's database is new. While the load's task instances are being created, 
 alike: without it the first analyze of ``task_instance`` waits for autovacuum's next visit (up to
 ``autovacuum_naptime``, a minute), and until then the planner runs the scheduler's critical-section
 query (upstream's) by nested loops over the whole table, about a second per scheduler loop at 2,000
-task instances. How many loops pay that is set by where autovacuum's visit falls, so it swamped the
-database-read and loop-p99 ratios of earlier pairs (up to 3.7 and 1.44) without being the patch
-set's. ``--cold-statistics`` leaves it to autovacuum, to see that effect.
+task instances. That plan is the patched build's: its four ``task_instance`` columns take the row
+PostgreSQL estimates from the declared widths over a page, upstream's stays under one, and
+upstream's first-minute plan is cheaper (docs/operations.md, "The tuples read"). How many loops pay
+it is set by where autovacuum's visit falls, so it swamped the database-read and loop-p99 ratios of
+earlier pairs (up to 4.8 and 1.71) with a figure of autovacuum's timing; a deployment with a history
+has statistics. ``--cold-statistics`` leaves it to autovacuum, to see that effect.
 
 Usage::
 
@@ -511,9 +514,10 @@ class StatisticsKeeper:
     to a minute later, at a moment that differs from run to run). Until then the planner takes the
     scheduler's critical-section query (upstream's, the same on both sides) for one over an empty
     ``task_instance`` and joins it by nested loops that rescan the whole table per scheduled task
-    instance: about a second per scheduler loop at 2,000 task instances. How many loops pay that is
-    set by where autovacuum's visit falls, not by the build under test, and a deployment with a
-    history has statistics. ``--cold-statistics`` leaves it to autovacuum.
+    instance: about a second per scheduler loop at 2,000 task instances. The patched build's wider
+    estimated row is what tips the planner there (upstream's first-minute plan is cheaper), but how
+    many loops pay is set by where autovacuum's visit falls, and a deployment with a history has
+    statistics. ``--cold-statistics`` leaves it to autovacuum.
     """
 
     def __init__(self, db: str, n_tis: int) -> None:
