@@ -81,7 +81,8 @@ Finding where the cost goes:
   actual rows and buffers in the PostgreSQL server's log (``auto_explain``, loaded per connection
   through ``PGOPTIONS``, so for this deployment only; it slows both sides alike);
 * ``--py-spy DIR``: a py-spy sampling profile (50 Hz, collapsed stacks) of the scheduler under the
-  load, ``DIR/<side>.txt`` (py-spy must be installed in the venv that runs this script);
+  load, ``DIR/<side>.txt`` (``DIR/<side>-<pair>.txt`` with ``--pairs``; py-spy must be installed
+  in the venv that runs this script);
 * ``--profile-scheduler``: the in-process CPU sampler below (no py-spy needed).
 
 The two sides run one after the other (``--order``), not at once: on a 2-core machine two
@@ -713,7 +714,7 @@ def run_side(label: str, venv: Path, patched: bool, args: argparse.Namespace) ->
                         "--format",
                         "raw",
                         "--output",
-                        str(args.py_spy / f"{label}.txt"),
+                        str(args.py_spy / f"{label}{args.pair_suffix}.txt"),
                         "--nonblocking",
                     ],
                     stdout=subprocess.DEVNULL,
@@ -986,7 +987,7 @@ def main() -> int:
     parser.add_argument(
         "--py-spy",
         type=Path,
-        help="record a py-spy profile of the scheduler under the load into this folder (<side>.txt, collapsed stacks)",
+        help="record a py-spy profile of the scheduler under the load into this folder (<side>.txt, or <side>-<pair>.txt with --pairs; collapsed stacks)",
     )
     parser.add_argument(
         "--detail",
@@ -1018,6 +1019,8 @@ def main() -> int:
         sides = [("patched", Path(sys.prefix), True), ("unpatched", None, False)]
         if (args.order == "unpatched-first") != (number % 2 == 1):
             sides.reverse()
+        # Each pair's py-spy profiles in files of their own (DIR/<side>-<pair>.txt).
+        args.pair_suffix = f"-{number + 1}" if args.pairs > 1 else ""
         if args.pairs > 1:
             print(f"pair {number + 1} of {args.pairs}: {sides[0][0]} first", flush=True)
         results: dict[str, dict[str, Any]] = {}
