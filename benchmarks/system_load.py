@@ -1010,6 +1010,12 @@ def main() -> int:
     if not harness.pg_available():
         print(harness.PG_UNREACHABLE, file=sys.stderr)
         return 1
+    if args.explain is not None and not 0 < args.explain <= 1:
+        # auto_explain.sample_rate takes 0 to 1; a value outside would only fail as the deployment
+        # starts, in PostgreSQL's words.
+        parser.error(
+            f"--explain RATE is a fraction of the statements, over 0 and at most 1, not {args.explain}"
+        )
     if args.pairs < 1:
         parser.error(f"--pairs must be at least 1, not {args.pairs}")
     if args.pairs > 1 and (args.skip_patched or args.skip_unpatched):
