@@ -16,7 +16,7 @@ DEMO_ARGS ?=
 BASE ?=
 PROVIDER_CHANGES ?=
 
-.PHONY: help fetch checkout export export-check check verify install wheels services test test-fast test-e2e \
+.PHONY: help fetch checkout export export-check check ledger hygiene verify install wheels services test test-fast test-e2e \
         demo image base-image containers release upgrade-db-from-3.3 export-upstream drift regenerate breeze-apply port port-continue twins clean
 
 help:
@@ -25,6 +25,8 @@ help:
 	@echo "make install    fetch + checkout (if needed) + build patched wheels + refresh .venv"
 	@echo "make verify     series hygiene, trailers, strict apply, per-feature apply, review checks, generated files"
 	@echo "make check      upstream's review checks on build/<line>/tree (pstool check)"
+	@echo "make ledger     the AIP docs' guarantees ledgers: every named test exists (docs/development/ledger.md)"
+	@echo "make hygiene    no internal issue number, round or 'asked by' in the patches and documents"
 	@echo "make checkout   materialize build/<line>/tree (pristine base commit + series, strict git am)"
 	@echo "make export     rewrite lines/<line>/patches/ from the tree's commits (byte-stable)"
 	@echo "make port FROM=3.3 COMMIT=<sha>   carry one commit of a line's tree to the other lines' trees (3-way), re-export"
@@ -72,6 +74,12 @@ regenerate:
 
 check:
 	$(PSTOOL) check
+
+ledger:
+	$(PSTOOL) ledger
+
+hygiene:
+	$(PSTOOL) hygiene
 
 verify: install
 	$(PSTOOL) verify

@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the generator and UI lint checks even where this machine has a passed stamp for the same content",
     )
+    p = sub.add_parser("ledger", help="check the AIP docs' guarantees ledgers against the suite and build/<line>/tree")
+    p.add_argument("--tree", type=Path, help="the full series' tree for in-patch tests (default build/<line>/tree)")
+    sub.add_parser("hygiene", help="refuse this project's issue numbers, rounds, 'asked by' in the patches and documents")
     p = sub.add_parser("check", help="run upstream's review checks (pstool.checks) on a materialized tree")
     p.add_argument("--tree", type=Path)
     p.add_argument("--only", action="append", help="run only this check (repeatable)")
@@ -95,6 +98,24 @@ def main(argv: list[str] | None = None) -> int:
             if args.recheck:
                 os.environ["PATCHSET_RECHECK"] = "1"
             return verify(generated=not args.no_generated)
+        elif args.command == "ledger":
+            from pstool.ledger import check_ledgers
+            from pstool.paths import DOCS_ROOT, LINE, tree_dir
+
+            tree = args.tree or tree_dir()
+            if not (tree / ".git").exists():
+                raise PatchsetError(f"{tree} is not a checkout: run make checkout (LINE={LINE}) first")
+            rows, looked_up = check_ledgers(DOCS_ROOT, tree, LINE)
+            print(f"guarantees ledgers: {rows} rows; {looked_up} named tests exist on the {LINE} line ({tree})")
+        elif args.command == "hygiene":
+            from pstool.hygiene import PENDING_FILE, check_process_references
+            from pstool.paths import DOCS_ROOT, UPSTREAM_EDITS_FILE
+            from pstool.series import load_series
+
+            read, waiting = check_process_references(load_series(), DOCS_ROOT, UPSTREAM_EDITS_FILE)
+            for ref in waiting:
+                print(f"pending  {ref}")
+            print(f"process references: none in {read} places read ({len(waiting)} pending in {PENDING_FILE})")
         elif args.command == "check":
             from pstool.checks import CHECKS, run_checks
             from pstool.paths import tree_dir

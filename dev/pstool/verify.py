@@ -29,6 +29,14 @@
    them ``operator-docs``: every option and metric the series adds is in the operator documents.
 9. Twins (``pstool.twins``): every patch has its twin on every other line, or says why not; no patch
    changed on one line only since the last port, unless accepted on purpose with a reason.
+10. Process references (``pstool.hygiene``): no internal issue number, review round or "asked by"
+    in the patches (messages and added lines), the cover letters' edits or the repository's product
+    documents.
+11. Guarantees ledgers (``pstool.ledger``): every AIP doc has one, with its last hostile read's date;
+    every row is whole, its id unique, and every test it names exists (in the project's suite, or in
+    the tree of the full series).
+12. Patch dependencies (``pstool.deps``): every patch applies, and its added imports resolve, on the
+    pristine release with only what its own ``Depends:`` names; a missing one is named.
 """
 
 from __future__ import annotations
@@ -264,6 +272,15 @@ def verify(*, generated: bool = True) -> int:
     _ok("trailers: Feature, Upstream-Status and Depends on every patch; dependencies come first")
     edits = check_upstream_edits(patches)
     _ok(f"pull-request edits: every new docs page has its toctree entry, every edit of existing tests its patch ({edits} edit(s) for the cover letters)")
+    from pstool.hygiene import PENDING_FILE, check_process_references
+    from pstool.paths import DOCS_ROOT, LINE, UPSTREAM_EDITS_FILE
+
+    read, waiting = check_process_references(patches, DOCS_ROOT, UPSTREAM_EDITS_FILE)
+    _ok(
+        f"process references: none in {len(patches)} patches (messages and added lines), the cover letters' edits"
+        f" or the product documents ({read} places read)"
+        + (f"; {len(waiting)} pending in {PENDING_FILE} (another change is rewriting them)" if waiting else "")
+    )
     check_twins()
     base = scratch_tree()
     try:
@@ -279,12 +296,20 @@ def verify(*, generated: bool = True) -> int:
     try:
         integ = [p.name for p in full_selection(patches) if p.is_integration]
         _ok(f"strict apply: full series ({len(full_selection(patches))} patches, {len(integ)} integration), no fuzz, no offset, no 3-way")
+        from pstool.ledger import check_ledgers
+
+        rows, looked_up = check_ledgers(DOCS_ROOT, tree, LINE)
+        _ok(f"guarantees ledgers: {rows} rows, each whole with a unique id; {looked_up} named tests exist on the {LINE} line")
         require_review_checks(tree, "the whole series")
         from pstool.checks import CHECKS
 
         _ok(f"upstream's review checks on the whole series: {', '.join(CHECKS)}")
         for line in check_features_alone(patches, review_checks=True, generated=generated):
             _ok(f"{line}")
+        from pstool.deps import check_patch_dependencies
+
+        for line in check_patch_dependencies(patches, tree):
+            _ok(f"patch dependencies: {line}")
         patches = full_selection(patches)
         gen_touched = sorted({p for patch in patches for p in touched_paths(patch) if is_generated(p)})
         forbidden = [p for p in gen_touched if "/ui/dist/" in p or p.endswith("git_version")]

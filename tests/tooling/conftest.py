@@ -74,6 +74,9 @@ class Pstool:
             # The throwaway series' own pull-request edits (none unless a test writes the file):
             # lines/upstream-edits.toml keys edits by the real series' patches, which this one lacks.
             PATCHSET_UPSTREAM_EDITS=str(self.root / "upstream-edits.toml"),
+            # The throwaway series' own documents (none unless a test writes them): the repository's
+            # AIP docs name tests of the real series' tree, and its pending process references its patches.
+            PATCHSET_DOCS_ROOT=str(self.root),
         )
         ruff = session_ruff(self.line)
         if ruff:

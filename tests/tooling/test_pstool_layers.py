@@ -39,8 +39,8 @@ from pstool_imports import cycles, import_graph  # noqa: E402
 LAYERS: list[set[str]] = [
     {"", "paths", "layout"},  # the package (PatchsetError), where things are, the tree/wheel layout
     {"git", "lock", "series", "stamps"},  # git, the pins, the series file, verify's stamps
-    {"tree", "ui", "checks", "lines", "releases", "twins", "unpatched"},  # what is made of them
-    {"build", "drift", "port", "release", "upstream"},  # what builds on a tree
+    {"tree", "ui", "checks", "lines", "releases", "twins", "unpatched", "hygiene", "ledger"},  # what is made of them
+    {"build", "deps", "drift", "port", "release", "upstream"},  # what builds on a tree
     {"venv"},  # install: checkout + build + pip
     {"image", "generated"},  # the image; the generators (they run in the venv)
     {"verify"},  # everything verify checks
