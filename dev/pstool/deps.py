@@ -298,36 +298,58 @@ def _needed_feature(patches: list[Patch], patch: Patch, declared: frozenset[str]
 
 
 STAMP = "patch-dependencies"
+PENDING_FILE = "dev/verify-pending.toml"
 #: The modules whose code decides this check's outcome (with the patches, its stamp's key).
 STAMP_MODULES = ("deps.py", "series.py", "tree.py", "git.py")
 
 
-def stamp_key(patches: list[Patch]) -> str:
-    """The stamp of a passed check (:mod:`pstool.stamps`): every patch, its condition, and this check's code."""
+def stamp_key(patches: list[Patch], pending: dict[str, str] | None = None) -> str:
+    """The stamp of a passed check (:mod:`pstool.stamps`): every patch, its condition, what is pending, and this check's code."""
     from pstool import stamps
 
     here = Path(__file__).resolve().parent
     parts = [f"{p.name} {' '.join(p.when)} {hashlib.sha256(p.body).hexdigest()}" for p in patches]
+    parts += [f"pending {name}" for name in sorted(pending or {})]
     parts += [f"{name}:{hashlib.sha256((here / name).read_bytes()).hexdigest()}" for name in STAMP_MODULES]
     return stamps.key(STAMP, *parts)
 
 
-def check_patch_dependencies(patches: list[Patch], full_tree: Path) -> Iterator[str]:
+def load_pending(root: Path) -> dict[str, str]:
+    """{patch name: reason} of ``dev/verify-pending.toml``'s ``[[depends]]``: Depends another change is fixing now."""
+    import tomllib
+
+    path = root / PENDING_FILE
+    if not path.is_file():
+        return {}
+    pending = {}
+    for number, entry in enumerate(tomllib.loads(path.read_text()).get("depends", []), 1):
+        if not entry.get("patch") or not entry.get("reason"):
+            raise PatchsetError(f"{PENDING_FILE}: [[depends]] number {number} needs patch and reason")
+        pending[entry["patch"]] = entry["reason"]
+    return pending
+
+
+def check_patch_dependencies(
+    patches: list[Patch], full_tree: Path, pending: dict[str, str] | None = None
+) -> Iterator[str]:
     """Check every feature patch's Depends against what it needs; yield one line per feature as it passes.
 
     ``full_tree`` is the full series applied (verify's strict-apply tree): where an import resolves
     when it does not in the patch's own selection. One tree per feature and distinct ``declared``
     set, each patch applied on top of the one before. A pass is stamped on the machine
-    (:mod:`pstool.stamps`, :func:`stamp_key`): the same series is not checked again.
+    (:mod:`pstool.stamps`, :func:`stamp_key`): the same series is not checked again. A patch in
+    ``pending`` (:func:`load_pending`) that fails is reported, not refused; one that passes fails
+    the check (its entry is stale).
     """
     from pstool import stamps
 
-    key = stamp_key(patches)
+    pending = {name: why for name, why in (pending or {}).items() if any(p.name == name for p in patches)}
+    key = stamp_key(patches, pending)
     if stamps.passed(STAMP, key):
         yield f"every patch applies, and its imports resolve, with what its own Depends names (stamped {key})"
         return
     passed: list[str] = []
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []  # (patch name, what it needs)
     index = {id(p): i for i, p in enumerate(patches)}
     for feature in features_in_order(patches):
         own = [p for p in patches if p.feature == feature]
@@ -346,20 +368,21 @@ def check_patch_dependencies(patches: list[Patch], full_tree: Path) -> Iterator[
                     apply_series(tree, before, allow_offset=True)
                     apply_series(tree, [patch], allow_offset=True)
                 except PatchsetError as err:
-                    needed = _needed_feature(patches, patch, declared)
+                    # Which feature would do is looked for only where it is not known already.
+                    needed = None if patch.name in pending else _needed_feature(patches, patch, declared)
                     detail = str(err).strip().splitlines()
-                    problems.append(
+                    problems.append((patch.name,
                         f"{patch.name} (Depends: {', '.join(patch.depends) or 'none'}) does not apply with "
                         f"{', '.join(sorted(declared))}, on {feature}'s patches before it"
                         + (f": it needs {needed}, which its Depends must name" if needed else
                            ": no single further feature makes it apply")
                         + "\n      " + "\n      ".join(detail[:6])
-                    )
+                    ))
                     failed, current = True, None  # the next patch starts a tree of its own
                     continue
                 position = index[id(patch)] + 1
                 found = import_problems(tree, full_tree, patch, patches, declared)
-                problems += found
+                problems += [(patch.name, text) for text in found]
                 failed = failed or bool(found)
         finally:
             if tree is not None:
@@ -371,9 +394,19 @@ def check_patch_dependencies(patches: list[Patch], full_tree: Path) -> Iterator[
                 f"own Depends names ({', '.join(needs) or 'no dependencies'})"
             )
             yield passed[-1]
-    if problems:
-        raise PatchsetError(
+    refused = [text for name, text in problems if name not in pending]
+    waiting = sorted({name for name, _ in problems if name in pending})
+    stale = sorted(set(pending) - set(waiting))
+    errors = []
+    if refused:
+        errors.append(
             "Depends: trailers that do not name what a patch needs on the pristine release:\n"
-            + "\n".join(f"  {p}" for p in problems)
+            + "\n".join(f"  {p}" for p in refused)
         )
+    if stale:
+        errors.append(f"{PENDING_FILE}: these [[depends]] entries' patches pass now (remove them): {', '.join(stale)}")
+    if errors:
+        raise PatchsetError("\n".join(errors))
+    if waiting:
+        yield f"pending in {PENDING_FILE} (another change fixes their Depends): {', '.join(waiting)}"
     stamps.record(STAMP, key, "; ".join(passed))

@@ -40,9 +40,9 @@ The patterns (case-insensitive; :data:`PATTERNS`):
 Git trailers (``Feature:``, ``Upstream-Status:``, ``Depends:``) are not prose and are not read.
 Context and removed lines of a patch are upstream's text and are not read either.
 
-``dev/hygiene-pending.toml`` lists the places another change is rewriting at the moment
-(``[[pending]]``: ``where``, a file or a patch name; ``contains``, text of the offending line;
-``reason``). Such a place is reported as pending instead of failing the check, and an entry that no
+``dev/verify-pending.toml`` lists the places another change is rewriting at the moment
+(``[[process_reference]]``: ``where``, a file or a patch name; ``contains``, text of the offending
+line; ``reason``). Such a place is reported as pending instead of failing the check, and an entry that no
 longer matches anything fails it: it is removed when the rewrite lands.
 """
 
@@ -87,7 +87,7 @@ PRODUCT_PATHS = (
     "dev/demo.py",
 )
 TEXT_SUFFIXES = {".md", ".py", ".rst", ".txt", ".yml", ".yaml", ".json", ".toml", ".sh", ".cfg", ".ini", ""}
-PENDING_FILE = "dev/hygiene-pending.toml"
+PENDING_FILE = "dev/verify-pending.toml"
 _TRAILER_LINE = re.compile(rf"^(?:{'|'.join(REQUIRED_TRAILERS)}|Signed-off-by|Co-authored-by):", re.IGNORECASE)
 
 
@@ -197,10 +197,10 @@ def load_pending(root: Path) -> list[Pending]:
     except tomllib.TOMLDecodeError as err:
         raise PatchsetError(f"{PENDING_FILE}: {err}") from err
     entries = []
-    for number, entry in enumerate(data.get("pending", []), 1):
+    for number, entry in enumerate(data.get("process_reference", []), 1):
         missing = [k for k in ("where", "contains", "reason") if not entry.get(k)]
         if missing:
-            raise PatchsetError(f"{PENDING_FILE}: [[pending]] number {number} lacks {', '.join(missing)}")
+            raise PatchsetError(f"{PENDING_FILE}: [[process_reference]] number {number} lacks {', '.join(missing)}")
         entries.append(Pending(entry["where"], entry["contains"], entry["reason"]))
     return entries
 

@@ -306,9 +306,9 @@ def verify(*, generated: bool = True) -> int:
         _ok(f"upstream's review checks on the whole series: {', '.join(CHECKS)}")
         for line in check_features_alone(patches, review_checks=True, generated=generated):
             _ok(f"{line}")
-        from pstool.deps import check_patch_dependencies
+        from pstool.deps import check_patch_dependencies, load_pending
 
-        for line in check_patch_dependencies(patches, tree):
+        for line in check_patch_dependencies(patches, tree, load_pending(DOCS_ROOT)):
             _ok(f"patch dependencies: {line}")
         patches = full_selection(patches)
         gen_touched = sorted({p for patch in patches for p in touched_paths(patch) if is_generated(p)})

@@ -125,3 +125,20 @@ def test_a_guarded_import_is_not_a_dependency(tmp_path: Path) -> None:
     ]
     assert module_candidates("airflow.sdk._shared.state", tmp_path)[0] == "shared/state/src/airflow_shared/state.py"
     assert module_candidates("requests", tmp_path) is None
+
+
+def test_a_pending_entry_reports_the_patch_and_a_stale_one_fails(stacked: Any) -> None:
+    _commit(stacked, STATE, lambda t: t.replace("    # alpha\n", "    # alpha\n    # gamma\n", 1),
+            "Mark gamma after alpha", "gamma", "none")
+    stacked.run("export")
+    (stacked.root / "dev").mkdir()
+    pending = stacked.root / "dev" / "verify-pending.toml"
+    pending.write_text('[[depends]]\npatch = "gamma/0002-mark-gamma-after-alpha.patch"\nreason = "another change"\n')
+    out = stacked.run("verify", "--no-generated").stdout
+    assert "patch dependencies: pending in dev/verify-pending.toml" in out and "gamma/0002-mark-gamma-after-alpha.patch" in out
+
+    pending.write_text('[[depends]]\npatch = "gamma/0001-add-gamma.patch"\nreason = "another change"\n')
+    proc = stacked.run("verify", "--no-generated", check=False)
+    assert proc.returncode == 1
+    assert "these [[depends]] entries' patches pass now (remove them): gamma/0001-add-gamma.patch" in proc.stderr
+    assert "gamma/0002-mark-gamma-after-alpha.patch (Depends: none) does not apply" in proc.stderr

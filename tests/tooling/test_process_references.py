@@ -102,9 +102,9 @@ def test_pending_places_are_reported_and_a_stale_entry_fails(tmp_path: Path) -> 
     assert "docs/guide.md:1: 'issue 39'" in str(err.value)
     assert "f/0001-x.patch (+ a.py):" in str(err.value) and "'issue 37'" in str(err.value)
 
-    (root / "dev" / "hygiene-pending.toml").write_text(
-        '[[pending]]\nwhere = "docs/guide.md"\ncontains = "Before issue 39"\nreason = "another rewrite"\n'
-        '[[pending]]\nwhere = "f/0001-x.patch"\ncontains = "the escalation (issue 37)"\nreason = "another rewrite"\n'
+    (root / "dev" / "verify-pending.toml").write_text(
+        '[[process_reference]]\nwhere = "docs/guide.md"\ncontains = "Before issue 39"\nreason = "another rewrite"\n'
+        '[[process_reference]]\nwhere = "f/0001-x.patch"\ncontains = "the escalation (issue 37)"\nreason = "another rewrite"\n'
     )
     _, waiting = check_process_references(series, root, tmp_path / "none.toml")
     assert len(waiting) == 2
