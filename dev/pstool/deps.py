@@ -48,7 +48,13 @@ from pathlib import Path
 
 from pstool import PatchsetError
 from pstool.git import out
-from pstool.series import Patch, condition_holds, dependency_closure, features_in_order, select_patches
+from pstool.series import (
+    Patch,
+    condition_holds,
+    dependency_closure,
+    features_in_order,
+    select_patches,
+)
 from pstool.tree import apply_series, scratch_tree
 
 _GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
@@ -135,9 +141,8 @@ def _defines(path: Path, name: str) -> bool:
                     return True
         if isinstance(node, ast.Global) and name in node.names:
             return True
-    if "__getattr__" in {n.name for n in module.body if isinstance(n, ast.FunctionDef)}:
-        return True  # a lazy module: names resolve at run time
-    return False
+    # A lazy module (a module-level __getattr__): its names resolve at run time.
+    return "__getattr__" in {n.name for n in module.body if isinstance(n, ast.FunctionDef)}
 
 
 def _package(path: str) -> list[str] | None:

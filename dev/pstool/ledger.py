@@ -71,10 +71,8 @@ class Ledger:
 
 def _cells(line: str) -> list[str]:
     body = line.strip()
-    if body.startswith("|"):
-        body = body[1:]
-    if body.endswith("|"):
-        body = body[:-1]
+    body = body.removeprefix("|")
+    body = body.removesuffix("|")
     # A "|" inside backticks (a node id never has one; code in a guarantee may) does not split.
     cells, current, in_code = [], [], False
     for char in body:
@@ -227,7 +225,7 @@ def check_ledgers(docs_root: Path, tree: Path | None, line: str) -> tuple[int, i
             if only is not None and only != line:
                 continue
             looked_up += 1
-            if node.startswith("tests/") or node.startswith("benchmarks/"):
+            if node.startswith(("tests/", "benchmarks/")):
                 if node.startswith("benchmarks/") and ("::" in node or not node.endswith(".py")):
                     problems.append(f"{where}: {row.id}: a benchmark is named by its file, benchmarks/<file>.py ({node})")
                     continue

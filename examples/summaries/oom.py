@@ -1,4 +1,4 @@
-"""Demo summary for issue 37 (out of memory, first class): the tries of oom_detection and the counter."""
+"""Demo summary for out of memory as a failure cause (feature oom): the tries of oom_detection and the counter."""
 
 from __future__ import annotations
 

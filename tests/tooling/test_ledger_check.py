@@ -20,8 +20,8 @@ pytestmark = pytest.mark.line_independent  # pstool itself
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev"))
 
-from pstool import PatchsetError  # noqa: E402
-from pstool.ledger import check_ledgers, parse_ledger  # noqa: E402
+from pstool import PatchsetError
+from pstool.ledger import check_ledgers, parse_ledger
 
 HEAD = """\
 # Feature

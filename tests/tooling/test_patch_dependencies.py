@@ -19,7 +19,7 @@ pytestmark = pytest.mark.line_independent  # pstool itself, on the default line'
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev"))
 
-from pstool.deps import added_imports, module_candidates  # noqa: E402
+from pstool.deps import added_imports, module_candidates
 
 STATE = "airflow-core/src/airflow/utils/state.py"
 SHARED = "shared/state/src/airflow_shared/state/__init__.py"

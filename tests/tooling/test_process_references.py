@@ -19,9 +19,9 @@ pytestmark = pytest.mark.line_independent  # pstool itself, on the default line'
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev"))
 
-from pstool import PatchsetError  # noqa: E402
-from pstool.hygiene import check_process_references, scan_patch, scan_text  # noqa: E402
-from pstool.series import load_series  # noqa: E402
+from pstool import PatchsetError
+from pstool.hygiene import check_process_references, scan_patch, scan_text
+from pstool.series import load_series
 
 REFUSED = [
     ("The memory escalation a try ran with (issue 37).", "issue-number"),
