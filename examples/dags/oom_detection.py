@@ -15,7 +15,7 @@
 # specific language governing permissions and limitations
 # under the License.
 """
-Out of memory, first class (issue 37): OOM detection and a retry rule, with the LocalExecutor.
+Out of memory as a failure cause: OOM detection and a retry rule, with the LocalExecutor.
 
 Run it with the LocalExecutor (``make demo`` does) and read each try's ``failure_cause`` and
 ``failure_reason`` (REST API v2 task instance tries, the UI's Details tab):

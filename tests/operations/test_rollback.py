@@ -42,6 +42,7 @@ import lines
 
 #: What the downgrade drops: the patch set's columns and its tables. Everything else stays.
 PATCH_COLUMNS = {"failure_cause", "failure_reason", "infra_retry_count", "memory_escalation"}
+EMIT_COLUMNS = {"emit_chain", "emit_chain_stop_reason"}  # asset-emit's loop protection, on asset_event
 PATCH_TABLE = "asset_event_idempotency_key"
 GUARD_TABLE = "infra_retry_storm_guard"  # retry-rules: the storm guard's state, shared by the schedulers
 PATCH_TABLES = {PATCH_TABLE, GUARD_TABLE}
@@ -58,13 +59,20 @@ def _schema(url: str) -> dict[str, Any]:
     engine = sa.create_engine(url)
     try:
         insp = sa.inspect(engine)
-        tables = ["task_instance"] + (["task_instance_history"] if HISTORY else [])
-        return {
-            "tables": set(insp.get_table_names()),
-            "columns": {t: {c["name"] for c in insp.get_columns(t)} for t in tables},
-        }
+        tables = set(insp.get_table_names())
+        # Every table's columns: a column the series adds to any table is dropped by the downgrade.
+        return {"tables": tables, "columns": {t: {c["name"] for c in insp.get_columns(t)} for t in tables}}
     finally:
         engine.dispose()
+
+
+def _added_columns(table: str) -> set[str]:
+    """The columns the series adds to ``table`` (section 8 of docs/operations.md, "What is lost")."""
+    if table == "task_instance" or (HISTORY and table == "task_instance_history"):
+        return PATCH_COLUMNS
+    if table == "asset_event":
+        return EMIT_COLUMNS
+    return set()
 
 
 def _kept(url: str) -> dict[str, Any]:
@@ -134,6 +142,8 @@ def test_rollback_to_vanilla(backend: str, tmp_path: Path, vanilla_venv: Path, r
         _guard_state(url)
         before = _kept(url)
         schema_before = _schema(url)
+        for table in ("task_instance", "asset_event") + (("task_instance_history",) if HISTORY else ()):
+            assert _added_columns(table) <= schema_before["columns"][table], table
         assert _revision(url) == PATCHED_HEAD[lines.LINE]
 
         # 1. The downgrade run with the vanilla build: a clear error, nothing changed.
@@ -156,10 +166,10 @@ def test_rollback_to_vanilla(backend: str, tmp_path: Path, vanilla_venv: Path, r
         assert _revision(url) == VANILLA_HEAD[lines.LINE]
         schema = _schema(url)
         assert not PATCH_TABLES & schema["tables"]
-        for table, columns in schema["columns"].items():
-            assert not columns & PATCH_COLUMNS, (table, columns & PATCH_COLUMNS)
-            assert columns == schema_before["columns"][table] - PATCH_COLUMNS
         assert schema["tables"] == schema_before["tables"] - PATCH_TABLES
+        for table, columns in schema["columns"].items():
+            assert not columns & (PATCH_COLUMNS | EMIT_COLUMNS), (table, columns & (PATCH_COLUMNS | EMIT_COLUMNS))
+            assert columns == schema_before["columns"][table] - _added_columns(table), table
 
         # 3. Vanilla accepts the database and keeps every row.
         check = vanilla.airflow("db", "check-migrations", "--migration-wait-timeout", "30", timeout=120)
