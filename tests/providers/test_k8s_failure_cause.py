@@ -84,6 +84,22 @@ ROWS = [
         OOM,
         "OOM-killed: container memory limit 1Gi; Container 'base' was OOMKilled (exit code 137)",
     ),
+    # Only the task's own container (base) OOMKilled is the task's oom: a git-sync init container
+    # killed at its own limit means the task's code never ran, and it never escalates base.
+    (
+        "init_container_oom_killed",
+        "MODIFIED",
+        UNKNOWN,
+        "Init container 'git-sync' was OOMKilled (exit code 137), container memory limit 64Mi: not the "
+        "task's container 'base', so not the task's oom",
+    ),
+    # A native sidecar the kubelet stops after base died (exit 143), listed first: base's OOM decides.
+    (
+        "native_sidecar_base_oom_killed",
+        "MODIFIED",
+        OOM,
+        "OOM-killed: container memory limit 1Gi; Container 'base' was OOMKilled (exit code 137)",
+    ),
     (
         "deleted_while_running",
         "DELETED",
