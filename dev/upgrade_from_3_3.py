@@ -102,7 +102,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # The storm guard's shared state: carried and restored like the idempotency keys (it is transient:
     # its failure times leave the window within a minute, so an empty table after the upgrade is as good).
     Migration("retry-rules", "3b8d6f2a9c41", tables={"infra_retry_storm_guard": ()}),
-    # The memory escalation a try ran with (issue 37), a JSON value per try.
+    # The memory escalation a try ran with, a JSON value per try.
     Migration("oom", "9c3e5a7f1d24", try_columns={"memory_escalation": None}),
 )
 BY_FEATURE = {m.feature: m for m in MIGRATIONS}

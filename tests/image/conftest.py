@@ -21,6 +21,21 @@ sys.path.insert(0, str(Path(__file__).parent))
 from pstool import PatchsetError  # noqa: E402
 
 
+@pytest.fixture
+def unreleased_lines(tmp_path: Path) -> Path:
+    """A copy of ``lines/`` without ``releases.toml``: ``pstool image`` there sees its label unreleased.
+
+    For the tests of ``pstool image``'s other refusals and of a build through the command itself: between
+    releases, the series differs from the released one and the command refuses the label first
+    (docs/development/release.md), which those tests are not about. ``PATCHSET_LINES`` points at it.
+    """
+    import shutil
+
+    copy = tmp_path / "lines"
+    shutil.copytree(REPO / "lines", copy, ignore=shutil.ignore_patterns("releases.toml"))
+    return copy
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:

@@ -87,8 +87,8 @@ def build(engine, containerfile: str, tag: str, context: Path) -> subprocess.Com
     )
 
 
-def pstool(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "dev"), "PATCHSET_LINE": lines.LINE}
+def pstool(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "dev"), "PATCHSET_LINE": lines.LINE, **extra_env}
     return subprocess.run(
         [sys.executable, "-m", "pstool", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False
     )
@@ -172,12 +172,13 @@ RUN --mount=type=secret,id=pip-ca,uid=50000,mode=0444 \\
 
 
 @default_line_only
-def test_a_provider_of_another_version_is_refused_unless_the_upgrade_is_asked_for(engine, older_celery_base):
+def test_a_provider_of_another_version_is_refused_unless_the_upgrade_is_asked_for(engine, older_celery_base, unreleased_lines):
     base = versions(engine, older_celery_base)
     assert base["apache-airflow-providers-celery"] == "3.25.0"
     wanted = patched_versions()
     refused = f"localhost/airflow-patchset-test:refused-{uuid.uuid4().hex[:6]}"
-    proc = pstool("image", "--no-wheels", "--base", older_celery_base, "--tag", refused)
+    unreleased = {"PATCHSET_LINES": str(unreleased_lines)}
+    proc = pstool("image", "--no-wheels", "--base", older_celery_base, "--tag", refused, **unreleased)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-3000:]
     assert (
@@ -189,7 +190,9 @@ def test_a_provider_of_another_version_is_refused_unless_the_upgrade_is_asked_fo
 
     upgraded = f"localhost/airflow-patchset-test:upgraded-{uuid.uuid4().hex[:6]}"
     try:
-        proc = pstool("image", "--no-wheels", "--base", older_celery_base, "--tag", upgraded, "--provider-changes", "upgrade")
+        proc = pstool(
+            "image", "--no-wheels", "--base", older_celery_base, "--tag", upgraded, "--provider-changes", "upgrade", **unreleased
+        )
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
         assert f"apache-airflow-providers-celery: base 3.25.0 -> 3.26.0+{local_version()} (upgrade)" in proc.stdout
         image = versions(engine, upgraded)

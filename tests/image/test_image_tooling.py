@@ -117,8 +117,8 @@ def pstool(*args: str, line: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_beta_line_without_a_base_is_refused_before_anything_is_built():
-    proc = pstool("image", line="3.4")
+def test_the_beta_line_without_a_base_is_refused_before_anything_is_built(unreleased_lines):
+    proc = pstool("image", line="3.4", PATCHSET_LINES=str(unreleased_lines))
     assert proc.returncode == 1
     assert "upstream publishes no official image" in proc.stderr
     assert "make base-image LINE=3.4 && make image LINE=3.4 BASE=localhost/airflow-standin:3.4.0b2" in proc.stderr
