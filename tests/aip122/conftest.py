@@ -89,7 +89,11 @@ def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.Stac
         "t_aip122_e2e",
         tmp_path_factory.mktemp("aip122e2e"),
         components=("api-server", "dag-processor"),
-        dags=[HERE / "dags" / "aip122_e2e_dags.py", HERE / "dags" / "aip122_guarantee_dags.py"],
+        dags=[
+            HERE / "dags" / "aip122_e2e_dags.py",
+            HERE / "dags" / "aip122_guarantee_dags.py",
+            HERE / "dags" / "aip122_resumable_dags.py",
+        ],
         plugins=[HERE / "plugins"],
         out_var=("AIP122_OUT", "AIP122G_OUT"),
         config={
